@@ -38,7 +38,7 @@ inline Timing time_cuda(const std::function<void(int)>& fn, cudaStream_t stream,
   TD_BENCH_CUDA(cudaGetLastError());
   std::vector<cudaEvent_t> ev(size_t(reps) + 1);
   for (auto& e : ev) TD_BENCH_CUDA(cudaEventCreate(&e));
-  std::vector<float> ms(size_t(reps));
+  std::vector<float> ms(static_cast<size_t>(reps));
   for (int i = 0; i < reps; ++i) {
     TD_BENCH_CUDA(cudaEventRecord(ev[size_t(i)], stream));
     fn(warmup + i);
