@@ -2,6 +2,7 @@
 #include "core/cuda_runtime.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <mutex>
@@ -48,6 +49,15 @@ std::string unavailable_reason() {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
+    if (e == cudaErrorInsufficientDriver) {
+      // Tell "no driver at all" (a machine without a GPU) from "driver too old".
+      if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+        dlclose(h);
+        return cat("the NVIDIA driver is older than this build's CUDA runtime ", runtime_version() / 1000, ".",
+                   (runtime_version() % 1000) / 10, " needs");
+      }
+      return "no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)";
+    }
     return cat("cudaGetDeviceCount failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
   }
   if (n == 0) return "the CUDA driver reports no devices";

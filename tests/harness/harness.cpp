@@ -135,8 +135,16 @@ Accuracy compare(const Tensor& out, const Tensor& ref) {
 
 bool gpu_available() { return cuda::device_count() > 0; }
 
-std::string source_dir() { return TURBODIFF_SOURCE_DIR; }
-std::string cli_path() { return std::string(TURBODIFF_BINARY_DIR) + "/turbodiff"; }
+// Both can be overridden from the environment, for test binaries carried to another
+// machine (scripts/gpu_check.sh) where the build paths do not exist.
+std::string source_dir() {
+  const char* e = std::getenv("TURBODIFF_SOURCE_DIR");
+  return e ? e : TURBODIFF_SOURCE_DIR;
+}
+std::string cli_path() {
+  const char* e = std::getenv("TURBODIFF_CLI");
+  return e ? e : std::string(TURBODIFF_BINARY_DIR) + "/turbodiff";
+}
 
 std::string temp_dir() {
   static std::string dir = [] {

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs from a build made here (no GPU needed to
+# build) into .gpu_bundle/ (git-ignored, well under the 64 MiB carry limit):
+# the CLI, the test binaries and the benches. Then, on the GPU machine:
+#   scripts/gpu_check.sh .gpu_bundle
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+rm -rf .gpu_bundle
+mkdir -p .gpu_bundle/bench
+cp "$BUILD/turbodiff" .gpu_bundle/
+cp "$BUILD/tests/turbodiff_tests" .gpu_bundle/
+[ -f "$BUILD/tests/turbodiff_gpu_tests" ] && cp "$BUILD/tests/turbodiff_gpu_tests" .gpu_bundle/
+for b in "$BUILD"/bench/bench_*; do
+  [ -x "$b" ] && [ -f "$b" ] && cp "$b" .gpu_bundle/bench/
+done
+strip --strip-debug .gpu_bundle/turbodiff .gpu_bundle/turbodiff_* .gpu_bundle/bench/* 2>/dev/null || true
+du -sh .gpu_bundle

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, in the repository root, over binaries built on a
+# machine without a GPU (scripts/gpu_bundle.sh): doctor, the GPU tests, the CPU
+# tests (to show the binaries work there), every bench and every PyTorch
+# comparison script, in one go. Writes under ${OUT:-./out}:
+#   log.txt (everything printed), results.json (doctor + every bench's JSON),
+#   gpu_tests.json / cpu_tests.json (gtest reports), and prints a summary last.
+#   scripts/gpu_check.sh [bundle-dir] [bench-filter-regex]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=${1:-.gpu_bundle}
+FILTER=${2:-.}
+OUT=${OUT:-./out}
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+: > "$LOG"
+export TURBODIFF_SOURCE_DIR=$(pwd) TURBODIFF_CLI=$(pwd)/$BUNDLE/turbodiff PYTHONUNBUFFERED=1
+declare -a SUMMARY
+RESULTS="$OUT/results.json.parts"
+: > "$RESULTS"
+
+section() { echo "===== $* =====" | tee -a "$LOG"; }
+add_result() {  # name file
+  python3 - "$1" "$2" >> "$RESULTS" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+try:
+    txt = open(path).read()
+    start = txt.find('{')
+    val = json.loads(txt[start:]) if start >= 0 else {"error": "no JSON", "text": txt[-2000:]}
+except Exception as e:
+    val = {"error": str(e)}
+print(json.dumps({"name": name, "result": val}))
+PY
+}
+
+section "nvidia-smi"
+nvidia-smi -L >> "$LOG" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >> "$LOG" 2>&1
+
+section "doctor"
+"$BUNDLE/turbodiff" doctor >> "$LOG" 2>&1
+"$BUNDLE/turbodiff" doctor --json --require-cuda > "$OUT/doctor.json" 2>> "$LOG"
+rc=$?
+SUMMARY+=("doctor --require-cuda: exit $rc")
+add_result doctor "$OUT/doctor.json"
+
+if [ -x "$BUNDLE/turbodiff_gpu_tests" ]; then
+  section "GPU tests"
+  "$BUNDLE/turbodiff_gpu_tests" --gtest_output=json:"$OUT/gpu_tests.json" >> "$LOG" 2>&1
+  rc=$?
+  SUMMARY+=("GPU tests: exit $rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$LOG" | tail -3 | tr '\n' ' ')")
+fi
+
+section "CPU tests"
+"$BUNDLE/turbodiff_tests" --gtest_brief=1 --gtest_output=json:"$OUT/cpu_tests.json" > "$OUT/cpu_tests.log" 2>&1
+rc=$?
+tail -5 "$OUT/cpu_tests.log" >> "$LOG"
+SUMMARY+=("CPU tests: exit $rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cpu_tests.log" | tr '\n' ' ')")
+rm -f "$OUT/cpu_tests.log"
+
+for b in "$BUNDLE"/bench/bench_*; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b")
+  echo "$name" | grep -Eq "$FILTER" || continue
+  section "$name"
+  start=$(date +%s)
+  timeout 300 "$b" > "$OUT/$name.out" 2>> "$LOG"
+  rc=$?
+  cat "$OUT/$name.out" >> "$LOG"
+  add_result "$name" "$OUT/$name.out"
+  rm -f "$OUT/$name.out"
+  SUMMARY+=("$name: exit $rc in $(( $(date +%s) - start ))s")
+done
+
+for py in bench/torch_*.py; do
+  [ -f "$py" ] || continue
+  name=$(basename "$py" .py)
+  echo "$name" | grep -Eq "$FILTER" || continue
+  section "$name"
+  start=$(date +%s)
+  timeout 300 python3 "$py" > "$OUT/$name.out" 2>> "$LOG"
+  rc=$?
+  cat "$OUT/$name.out" >> "$LOG"
+  add_result "$name" "$OUT/$name.out"
+  rm -f "$OUT/$name.out"
+  SUMMARY+=("$name: exit $rc in $(( $(date +%s) - start ))s")
+done
+
+python3 - "$RESULTS" "$OUT/results.json" <<'PY'
+import json, sys
+parts = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+json.dump({p["name"]: p["result"] for p in parts}, open(sys.argv[2], "w"), indent=1)
+PY
+rm -f "$RESULTS"
+
+section "summary"
+for s in "${SUMMARY[@]}"; do echo "$s" | tee -a "$LOG"; done

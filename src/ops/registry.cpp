@@ -1,0 +1,56 @@
+#include "ops/registry.h"
+
+#include <sstream>
+
+namespace td::ops {
+const std::vector<KernelFamily>& kernel_families() {
+  static const std::vector<KernelFamily> families = [] {
+    std::vector<KernelFamily> f;
+    return f;
+  }();
+  return families;
+}
+
+std::vector<std::string> compiled_cuda_archs() {
+  std::vector<std::string> out;
+#ifdef TURBODIFF_CUDA_ARCH_LIST
+  std::stringstream ss(TURBODIFF_CUDA_ARCH_LIST);
+  std::string a;
+  while (std::getline(ss, a, ';'))
+    if (!a.empty()) out.push_back(a);
+#endif
+  return out;
+}
+
+std::vector<std::string> family_archs(const KernelFamily& family) {
+  auto all = compiled_cuda_archs();
+  if (!family.sm90a_only) return all;
+  for (const auto& a : all)
+    if (a == "90a") return {"90a"};
+  return {};
+}
+
+bool archs_run_on(const std::vector<std::string>& archs, int cc_major, int cc_minor, std::string* how) {
+  const int cc = cc_major * 10 + cc_minor;
+  // Prefer native machine code; otherwise PTX JIT.
+  for (const auto& a : archs) {
+    const bool arch_specific = !a.empty() && (a.back() == 'a' || a.back() == 'f');
+    const int v = std::stoi(arch_specific ? a.substr(0, a.size() - 1) : a);
+    if (arch_specific ? v == cc : (v / 10 == cc_major && v % 10 <= cc_minor)) {
+      if (how) *how = "sm_" + a + " machine code";
+      return true;
+    }
+  }
+  for (const auto& a : archs) {
+    const bool arch_specific = !a.empty() && (a.back() == 'a' || a.back() == 'f');
+    if (arch_specific) continue;
+    if (std::stoi(a) <= cc) {
+      if (how) *how = "JIT from compute_" + a + " PTX";
+      return true;
+    }
+  }
+  if (how) *how = "no compatible code";
+  return false;
+}
+
+}  // namespace td::ops
