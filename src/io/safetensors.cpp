@@ -333,7 +333,8 @@ TensorFile read_safetensors_sharded(const std::string& index_json_path) {
   // All shards must exist before any is read, so a missing one is reported as such.
   for (const auto& [shard, listed] : listed_per_shard) {
     const std::string shard_path = (dir / shard).string();
-    TD_CHECK(fs::exists(shard_path), Io, index, ": weight_map names shard ", quote_name(shard), " (for tensor ",
+    std::error_code ec;
+    TD_CHECK(fs::exists(shard_path, ec), Io, index, ": weight_map names shard ", quote_name(shard), " (for tensor ",
              quote_name(listed.front()), " and ", listed.size() - 1, " more) but ", shard_path, " does not exist");
   }
   for (const auto& [shard, listed] : listed_per_shard) {
