@@ -1,0 +1,34 @@
+// Wan's norm1 / norm2 with AdaLN modulation (and the head's final norm):
+//   y[r, i] = LN(x[r, :])[i] * (1 + scale[b, i]) + shift[b, i],  b = r / rows_per_batch
+// where LN is a LayerNorm without affine parameters (biased variance, eps),
+// all in fp32, rounded once to y's type. scale and shift are fp32 rows
+// [batch, dim], `mod_stride` elements apart (Wan's e0 is [B, 6, D]: pass
+// e0 + 1*D as scale, e0 + 0*D as shift and mod_stride = 6*D); either may be
+// null (then 0). mod_stride 0 shares one row among all samples; rows_per_batch
+// = 1 gives per-token modulation (Wan2.2 TI2V). x and y may be F32, F16 or
+// BF16 independently; y may alias x exactly (in place).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/status.h"
+
+namespace td::kernels {
+
+Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
+                          void* y, ElemType y_type, int64_t y_stride,
+                          const float* scale, const float* shift, int64_t mod_stride, int64_t rows_per_batch,
+                          int64_t rows, int64_t dim, float eps);
+
+#if TURBODIFF_HAVE_CUDA
+Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
+                           void* y, ElemType y_type, int64_t y_stride,
+                           const float* scale, const float* shift, int64_t mod_stride, int64_t rows_per_batch,
+                           int64_t rows, int64_t dim, float eps, void* stream);
+#endif
+
+Status adaln_modulate_check(const void* x, ElemType x_type, int64_t x_stride,
+                            const void* y, ElemType y_type, int64_t y_stride,
+                            int64_t mod_stride, int64_t rows_per_batch, int64_t rows, int64_t dim, float eps);
+
+}  // namespace td::kernels
