@@ -104,6 +104,8 @@ int runtime_version() {
 
 void set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
+void* current_stream() { return static_cast<void*>(cudaStreamPerThread); }
+
 void* device_alloc(size_t nbytes, int device) {
   TD_CHECK(device >= 0 && device < kMaxDevices, Usage, "CUDA device index ", device, " out of range");
   std::call_once(g_pool_once[device], [device] {

@@ -32,6 +32,11 @@ int runtime_version();  // cudart this binary was linked with
 
 void set_device(int device);
 
+// The stream ops launch on unless told otherwise: the per-thread default
+// stream (cudaStreamPerThread), the same one the allocator orders on. nullptr
+// without CUDA.
+void* current_stream();
+
 // Stream-ordered allocation from the device's memory pool (freed memory stays
 // cached in the pool). Throws OutOfMemory with the request and free memory.
 void* device_alloc(size_t nbytes, int device);

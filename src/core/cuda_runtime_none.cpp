@@ -18,6 +18,7 @@ DeviceInfo device_info(int) { no_cuda("device_info"); }
 int driver_version() { return 0; }
 int runtime_version() { return 0; }
 void set_device(int) { no_cuda("set_device"); }
+void* current_stream() { return nullptr; }
 void* device_alloc(size_t, int) { no_cuda("GPU allocation"); }
 void device_free(void*, int) {}
 size_t allocated_bytes(int) { return 0; }

@@ -2,10 +2,15 @@
 
 #include <sstream>
 
+#include "ops/smoke.h"
+
 namespace td::ops {
 const std::vector<KernelFamily>& kernel_families() {
   static const std::vector<KernelFamily> families = [] {
     std::vector<KernelFamily> f;
+    f.push_back({"norm", "RMSNorm, LayerNorm, AdaLN modulate, fused residual+gate+norm (FastNorm)", false,
+                 smoke::norm_family});
+    f.push_back({"elementwise", "GELU-tanh, SiLU, broadcasting add/mul", false, smoke::elementwise_family});
     return f;
   }();
   return families;
