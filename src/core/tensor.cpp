@@ -82,13 +82,23 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::
            shape_str(strides_), " differ in rank");
   for (int64_t d : shape_) TD_CHECK(d >= 0, Shape, "negative dimension in shape ", shape_str(shape_));
   // The furthest element reached must lie inside the storage.
-  if (numel() > 0) {
+  bool empty = false;
+  for (int64_t d : shape_) empty |= d == 0;
+  if (!empty) {
+    // Overflow-checked: hostile shapes and strides must not wrap around into range.
     int64_t max_off = 0;
+    bool overflow = false;
     for (size_t i = 0; i < shape_.size(); ++i) {
       TD_CHECK(strides_[i] >= 0, Shape, "negative stride in ", shape_str(strides_));
-      max_off += (shape_[i] - 1) * strides_[i];
+      int64_t term = 0;
+      overflow |= __builtin_mul_overflow(shape_[i] - 1, strides_[i], &term);
+      overflow |= __builtin_add_overflow(max_off, term, &max_off);
     }
-    const size_t end = byte_offset_ + size_t(max_off + 1) * dtype_size(dtype_);
+    uint64_t end = 0;
+    overflow |= __builtin_mul_overflow(uint64_t(max_off) + 1, uint64_t(dtype_size(dtype_)), &end);
+    overflow |= __builtin_add_overflow(end, uint64_t(byte_offset_), &end);
+    TD_CHECK(!overflow, Shape, "tensor ", dtype_name(dtype_), shape_str(shape_), " with strides ", shape_str(strides_),
+             " spans more than 2^63 bytes");
     TD_CHECK(storage_ && end <= storage_->nbytes(), Shape, "tensor ", dtype_name(dtype_), shape_str(shape_),
              " with strides ", shape_str(strides_), " at byte offset ", byte_offset_, " needs ", end,
              " bytes but its storage holds ", storage_ ? storage_->nbytes() : 0);
@@ -96,8 +106,13 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) TD_CHECK(d >= 0, Shape, "negative dimension in shape ", shape_str(shape));
-  auto st = Storage::allocate(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  uint64_t bytes = dtype_size(dtype);
+  for (int64_t d : shape) {
+    TD_CHECK(d >= 0, Shape, "negative dimension in shape ", shape_str(shape));
+    TD_CHECK(!__builtin_mul_overflow(bytes, uint64_t(d), &bytes), Shape, "tensor of shape ", shape_str(shape),
+             " has more than 2^64 bytes");
+  }
+  auto st = Storage::allocate(size_t(bytes), device);
   return Tensor(std::move(st), dtype, shape, contiguous_strides(shape));
 }
 

@@ -153,3 +153,15 @@ TEST(Harness, CompareMetrics) {
 
 }  // namespace
 }  // namespace td
+
+namespace td {
+namespace {
+TEST(Tensor, HostileShapesAndStridesAreRejected) {
+  auto st = Storage::allocate(64, Device::cpu());
+  EXPECT_THROW(Tensor(st, DType::F32, {int64_t(1) << 62, 2}, {1, int64_t(1) << 62}), Error);
+  EXPECT_THROW(Tensor(st, DType::F32, {3}, {int64_t(1) << 62}), Error);
+  EXPECT_THROW(Tensor::empty({int64_t(1) << 40, int64_t(1) << 40}, DType::F32), Error);
+  EXPECT_NO_THROW(Tensor(st, DType::F32, {0, int64_t(1) << 62}, {1, 1}));  // empty: no bytes needed
+}
+}  // namespace
+}  // namespace td
