@@ -55,10 +55,11 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  mkdir -p "$build"
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" "${launcher[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTURBODIFF_FUZZ=ON -DTURBODIFF_ENABLE_CUDA=OFF \
-    -DTURBODIFF_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log" >&2; echo "fuzz.sh: configure failed" >&2; exit 2; }
+    -DTURBODIFF_BUILD_TESTS=OFF >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; echo "fuzz.sh: configure failed" >&2; exit 2; }
 fi
 echo "fuzz.sh: building ${targets[*]} in $build"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" ||
