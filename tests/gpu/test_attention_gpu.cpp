@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -257,6 +258,9 @@ std::string case_str(const Case& c) {
          " D=" + std::to_string(c.head_dim) + (c.inputs == Inputs::Structured ? " structured" : "") +
          (c.packed_qkv ? " packed-qkv" : "") + (c.padded_o ? " padded-o" : "") + (c.with_lse ? " +lse" : "");
 }
+
+// gtest prints parameters with this (instead of the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << case_str(c); }
 
 class AttentionGpu : public ::testing::TestWithParam<Case> {};
 
