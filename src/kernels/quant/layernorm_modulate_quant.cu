@@ -1,0 +1,286 @@
+// CUDA fused LayerNorm (no affine) + AdaLN modulation + INT8 quantization.
+//
+// Row layout (both kernels): a row of dim = 8 * packs elements is spread over
+// a team of `threads` (plan_row: 64 threads x 3 packs for 1536, 160 x 4 for
+// 5120); pack p belongs to thread p % threads, slot p / threads, so the 16
+// packs of a 128-column group sit in one aligned half-warp. A thread issues
+// all its 16-byte loads first, then the statistics are two reductions over
+// the row held in registers (mean, then the centered sum of squares: the
+// exact two-pass variance, no E[x^2] - mean^2 cancellation), then
+// y = fma((x - mean) * rstd, 1 + scale, shift) with the fp32 modulation rows
+// read through L1 (shared by all rows of a sample).
+//
+// token128: one CTA per row; the group amax is 4 xor shuffles in the
+// half-warp, codes go out as 8-byte stores, scales K-block-major. One pass:
+// 2 bytes read + 1 written per element (+ 4 B per 128 of scale).
+// Predicted (bytes / 4.0 TB/s), bf16:
+//   32760 x 1536: 152.5 MB -> 38.1 us;  75600 x 5120: 1173.3 MB -> 293 us.
+//
+// block128: the scale of a 128x128 block needs the amax of y over 128 rows,
+// and y needs each row's statistics, so codes cannot be written until the
+// whole 128-row stripe has been seen. One CTA per 128-row block, split into
+// teams (one row each at a time, named barriers per team, up to 512
+// threads): pass 1 computes each row's statistics (kept in shared memory)
+// and running per-slot maxima of |y|, folded at the end into per-group
+// maxima (half-warp shuffles + shared atomicMax on the float bits); pass 2
+// reads x again, recomputes y and writes the codes. The second read is meant
+// to come from L2: it follows the first by the time the CTA takes to read
+// its 128 x dim stripe. It does so only while the stripes of all concurrently
+// running CTAs fit in L2 (~50 MB on H100/H200): 128 x 1536 bf16 = 384 KB per
+// CTA x ~2-4 CTAs per SM x 132 SMs = 100-200 MB does not, so at the Wan
+// shapes expect much of the second read from HBM:
+//   2 reads + 1 write = 5 B/element: 32760 x 1536: 251.6 MB -> 62.9 us;
+//   75600 x 5120: 1935 MB -> 484 us (3 B/element if the re-read hit L2:
+//   37.7 us / 290 us).
+// The per-token variant is the fast path and the one to feed a Hopper GEMM.
+#include "kernels/quant/layernorm_modulate_quant.h"
+#include "kernels/quant/quant_device.cuh"
+
+namespace td::kernels {
+namespace {
+
+using namespace qdev;
+
+struct LnArgs {
+  const void* x;
+  int64_t rows;
+  int dim;
+  int64_t ld_x;
+  const float* shift;
+  const float* scale;
+  int64_t ld_mod;
+  int64_t rows_per_batch;
+  float eps;
+  int8_t* q;
+  int64_t ld_q;
+  float* scales;
+  int64_t ld_scales;
+};
+
+// Mean and rstd of a row held as V packs per thread by a team of `threads`
+// (pack p = t + j * threads valid while p < packs).
+template <typename T, int V>
+__device__ __forceinline__ void row_stats(const Pack8<T> (&raw)[V], int t, int threads, int packs, int dim, float eps,
+                                          float* red0, float* red1, int first_warp, int barrier, float& mean,
+                                          float& rstd) {
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    float f[8];
+    unpack(raw[j], f);  // invalid packs are zeros
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += f[i];
+  }
+  mean = group_sum(s, red0, first_warp, threads, barrier) / float(dim);
+  float c = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (t + j * threads < packs) {
+      float f[8];
+      unpack(raw[j], f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float d = f[i] - mean;
+        c = fmaf(d, d, c);
+      }
+    }
+  }
+  const float var = group_sum(c, red1, first_warp, threads, barrier) / float(dim);
+  rstd = __fdiv_rn(1.f, __fsqrt_rn(var + eps));
+}
+
+// y of one pack: (x - mean) * rstd * (1 + scale) + shift.
+template <typename T>
+__device__ __forceinline__ void modulate_pack(const Pack8<T>& raw, float mean, float rstd, const float* shift,
+                                              const float* scale, float (&y)[8]) {
+  float f[8], sh[8], sc[8];
+  unpack(raw, f);
+  load_params8(shift, sh);
+  load_params8(scale, sc);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y[i] = fmaf((f[i] - mean) * rstd, 1.f + sc[i], sh[i]);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_kernel(LnArgs a) {
+  __shared__ float red[2][kMaxRowThreads / 32];
+  const int t = int(threadIdx.x), threads = int(blockDim.x);
+  const int64_t r = blockIdx.x;
+  const int packs = a.dim / 8;
+  const T* xrow = static_cast<const T*>(a.x) + r * a.ld_x;
+
+  Pack8<T> raw[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    raw[j] = p < packs ? load_pack(xrow + p * 8) : zero_pack<T>();
+  }
+  float mean, rstd;
+  row_stats<T, V>(raw, t, threads, packs, a.dim, a.eps, red[0], red[1], 0, 0, mean, rstd);
+
+  const int64_t b = r / a.rows_per_batch;
+  const float* shift = a.shift + b * a.ld_mod;
+  const float* scale = a.scale + b * a.ld_mod;
+  int8_t* qrow = a.q + r * a.ld_q;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    const bool valid = p < packs;
+    float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (valid) modulate_pack(raw[j], mean, rstd, shift + p * 8, scale + p * 8, y);
+    const float amax = group_max<16>(absmax8(y));  // every lane takes part
+    const QuantParams qp = symmetric_params_dev(amax);
+    if (valid) {
+      store_codes(qrow + p * 8, quantize8(y, qp.inv), 8, true);
+      if ((t & 15) == 0) a.scales[int64_t(p >> 4) * a.ld_scales + r] = qp.scale;
+    }
+  }
+}
+
+constexpr int kBlockCtaThreads = 512;
+constexpr int kMaxTeams = 15;  // named barriers 1..15
+constexpr int kMaxGroups = kMaxRowDim / kQuantGroup;
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kBlockCtaThreads) ln_mod_quant_block128_kernel(LnArgs a, int threads, int teams) {
+  __shared__ float row_mean[kQuantGroup], row_rstd[kQuantGroup];
+  __shared__ uint32_t group_amax[kMaxGroups];  // float bits of non-negative maxima
+  __shared__ float group_inv[kMaxGroups];
+  __shared__ float red[kMaxTeams][2][kMaxRowThreads / 32];
+  const int team = int(threadIdx.x) / threads, t = int(threadIdx.x) % threads;
+  const int first_warp = team * threads / 32;
+  const int barrier = teams == 1 ? 0 : team + 1;
+  const int packs = a.dim / 8, groups = (a.dim + kQuantGroup - 1) / kQuantGroup;
+  const int64_t r0 = int64_t(blockIdx.x) * kQuantGroup;
+  const int nrows = int(a.rows - r0 < kQuantGroup ? a.rows - r0 : kQuantGroup);
+  const T* x = static_cast<const T*>(a.x);
+
+  for (int g = int(threadIdx.x); g < groups; g += int(blockDim.x)) group_amax[g] = 0u;
+  __syncthreads();
+
+  // Pass 1: statistics and the |y| maxima of this thread's slots over its rows.
+  float slot_amax[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) slot_amax[j] = 0.f;
+  for (int i = team; i < nrows; i += teams) {
+    const int64_t r = r0 + i;
+    Pack8<T> raw[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int p = t + j * threads;
+      raw[j] = p < packs ? load_pack(x + r * a.ld_x + p * 8) : zero_pack<T>();
+    }
+    float mean, rstd;
+    row_stats<T, V>(raw, t, threads, packs, a.dim, a.eps, red[team][0], red[team][1], first_warp, barrier, mean,
+                    rstd);
+    if (t == 0) row_mean[i] = mean, row_rstd[i] = rstd;
+    const int64_t b = r / a.rows_per_batch;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int p = t + j * threads;
+      if (p < packs) {
+        float y[8];
+        modulate_pack(raw[j], mean, rstd, a.shift + b * a.ld_mod + p * 8, a.scale + b * a.ld_mod + p * 8, y);
+        slot_amax[j] = fmaxf(slot_amax[j], absmax8(y));
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    const float m = group_max<16>(slot_amax[j]);
+    if (p < packs && (t & 15) == 0) atomicMax(&group_amax[p >> 4], __float_as_uint(m));
+  }
+  __syncthreads();
+  for (int g = int(threadIdx.x); g < groups; g += int(blockDim.x)) {
+    const QuantParams qp = block128_params_dev(__uint_as_float(group_amax[g]));
+    group_inv[g] = qp.inv;
+    a.scales[int64_t(blockIdx.x) * groups + g] = qp.scale;
+  }
+  __syncthreads();
+
+  // Pass 2: x again (L2 while the concurrent stripes fit), codes out.
+  for (int i = team; i < nrows; i += teams) {
+    const int64_t r = r0 + i;
+    Pack8<T> raw[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int p = t + j * threads;
+      raw[j] = p < packs ? load_pack(x + r * a.ld_x + p * 8) : zero_pack<T>();
+    }
+    const float mean = row_mean[i], rstd = row_rstd[i];
+    const int64_t b = r / a.rows_per_batch;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int p = t + j * threads;
+      if (p < packs) {
+        float y[8];
+        modulate_pack(raw[j], mean, rstd, a.shift + b * a.ld_mod + p * 8, a.scale + b * a.ld_mod + p * 8, y);
+        store_codes(a.q + r * a.ld_q + p * 8, quantize8(y, group_inv[p >> 4]), 8, true);
+      }
+    }
+  }
+}
+
+// Shape, stride and alignment checks shared by both entry points.
+Status check_ln_args(const LnArgs& a, ElemType x_type) {
+  if (a.rows < 0 || a.dim < 0 || a.rows_per_batch < 1 || !(a.eps >= 0.f)) return Status::InvalidArgument;
+  if (x_type != ElemType::F32 && x_type != ElemType::F16 && x_type != ElemType::BF16) return Status::InvalidArgument;
+  if (a.dim % 8 != 0 || a.dim > kMaxRowDim) return Status::InvalidArgument;
+  if (!a.x || !a.shift || !a.scale || !a.q || !a.scales) return Status::InvalidArgument;
+  if (a.ld_x < a.dim || a.ld_q < a.dim || a.ld_mod < a.dim) return Status::InvalidArgument;
+  if (a.ld_x % 8 != 0 || a.ld_q % 8 != 0 || a.ld_mod % 8 != 0) return Status::InvalidArgument;
+  if (!aligned_to(a.x, 16) || !aligned_to(a.shift, 16) || !aligned_to(a.scale, 16) || !aligned_to(a.q, 8))
+    return Status::InvalidArgument;
+  return Status::Ok;
+}
+
+}  // namespace
+
+Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
+                                              int64_t ld_x, const float* mod_shift, const float* mod_scale,
+                                              int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
+                                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream) {
+  if (rows == 0 || dim == 0) return rows < 0 || dim < 0 ? Status::InvalidArgument : Status::Ok;
+  if (dim > kMaxRowDim || dim < 0) return Status::InvalidArgument;
+  const LnArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, ld_scales};
+  if (const Status st = check_ln_args(a, x_type); st != Status::Ok) return st;
+  if (ld_scales < rows || rows > 0x7fffffff) return Status::InvalidArgument;
+  const RowPlan plan = plan_row(dim / 8);
+  if (plan.threads == 0) return Status::InvalidArgument;
+  auto s = static_cast<cudaStream_t>(stream);
+  return dispatch_act_type(x_type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return dispatch_packs(plan.packs_per_thread, [&](auto v) {
+      ln_mod_quant_token128_kernel<T, decltype(v)::value><<<unsigned(rows), unsigned(plan.threads), 0, s>>>(a);
+      return launch_status();
+    });
+  });
+}
+
+Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
+                                              int64_t ld_x, const float* mod_shift, const float* mod_scale,
+                                              int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
+                                              int64_t ld_q, float* scales, void* stream) {
+  if (rows == 0 || dim == 0) return rows < 0 || dim < 0 ? Status::InvalidArgument : Status::Ok;
+  if (dim > kMaxRowDim || dim < 0) return Status::InvalidArgument;
+  const LnArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, 0};
+  if (const Status st = check_ln_args(a, x_type); st != Status::Ok) return st;
+  const int64_t row_blocks = quant_groups(rows);
+  if (row_blocks > 0x7fffffff) return Status::InvalidArgument;
+  const RowPlan plan = plan_row(dim / 8);
+  if (plan.threads == 0) return Status::InvalidArgument;
+  int teams = kBlockCtaThreads / plan.threads;
+  teams = teams < 1 ? 1 : (teams > kMaxTeams ? kMaxTeams : teams);
+  auto s = static_cast<cudaStream_t>(stream);
+  return dispatch_act_type(x_type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return dispatch_packs(plan.packs_per_thread, [&](auto v) {
+      ln_mod_quant_block128_kernel<T, decltype(v)::value>
+          <<<unsigned(row_blocks), unsigned(teams * plan.threads), 0, s>>>(a, plan.threads, teams);
+      return launch_status();
+    });
+  });
+}
+
+}  // namespace td::kernels

@@ -1,0 +1,71 @@
+// Fused LayerNorm (no affine) + AdaLN modulation + INT8 quantization: the
+// input side of Wan's self-attention QKV projection and FFN up-projection,
+//   y[r, c] = (x[r, c] - mean_r) * rstd_r * (1 + mod_scale[b, c]) + mod_shift[b, c]
+//   mean_r, rstd_r = 1/sqrt(var_r + eps): biased statistics over the row, fp32
+//   b = r / rows_per_batch
+// written directly as int8 codes + fp32 scales, so the normalized activation
+// never goes through memory in bf16 on its way to the GEMM.
+//
+//   x          [rows, dim] fp32 / fp16 / bf16, row stride ld_x (>= dim)
+//   mod_shift, mod_scale  fp32, entry (b, c) at [b * ld_mod + c]; ld_mod >= dim.
+//              (Wan's e0 = modulation + time projection is [B, 6, dim]: shift
+//              is e0[:, 0], scale e0[:, 1], ld_mod = 6 * dim.)
+//   rows_per_batch  rows of one sample (L tokens), >= 1
+//   q          [rows, dim] int8, row stride ld_q (>= dim)
+//
+// Two granularities, in the layouts of the standalone quantizers:
+//   token128: scales as quant_token128.h (K-block-major, [g * ld_scales + r],
+//             amax/127, zero groups -> 0)
+//   block128: scales as quant_block128.h (dense [ceil(rows/128), ceil(dim/128)],
+//             TurboDiffusion's formula, amax/128 with the 1e-8 floor)
+//
+// The CPU references are the composition layernorm_modulate_f32_cpu ->
+// quantize_*_cpu on the fp32 y. The CUDA kernels compute y in fp32 in a
+// different order (tree reductions, fused multiply-adds), so y differs from
+// the reference by a few ulp and a code can differ by +-1 where y*inv lies
+// that close to a rounding boundary; scales agree to ~1e-6 relative.
+//
+// CUDA requirements: dim a multiple of 8 and at most 65536; ld_x, ld_q,
+// ld_mod multiples of 8; x, mod_shift, mod_scale 16-byte and q 8-byte
+// aligned. Otherwise Status::InvalidArgument (the CPU references take any dim).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant/quant_common.h"
+#include "kernels/status.h"
+
+namespace td::kernels {
+
+// The unfused reference: y = LN(x) * (1 + scale[b]) + shift[b] in fp32,
+// statistics accumulated in fp64. y [rows, dim] with row stride ld_y.
+Status layernorm_modulate_f32_cpu(ElemType x_type, const void* x, int64_t rows, int64_t dim, int64_t ld_x,
+                                  const float* mod_shift, const float* mod_scale, int64_t ld_mod,
+                                  int64_t rows_per_batch, float eps, float* y, int64_t ld_y);
+
+Status layernorm_modulate_quant_token128_cpu(ElemType x_type, const void* x, int64_t rows, int64_t dim, int64_t ld_x,
+                                             const float* mod_shift, const float* mod_scale, int64_t ld_mod,
+                                             int64_t rows_per_batch, float eps, int8_t* q, int64_t ld_q,
+                                             float* scales, int64_t ld_scales);
+
+Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int64_t rows, int64_t dim, int64_t ld_x,
+                                             const float* mod_shift, const float* mod_scale, int64_t ld_mod,
+                                             int64_t rows_per_batch, float eps, int8_t* q, int64_t ld_q,
+                                             float* scales);
+
+#if TURBODIFF_HAVE_CUDA
+// One CTA per row, the row held in registers: one read of x, one write of q.
+Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
+                                              int64_t ld_x, const float* mod_shift, const float* mod_scale,
+                                              int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
+                                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream);
+
+// One CTA per 128-row block; x is read twice (statistics + block amax, then
+// codes). See layernorm_modulate_quant.cu for where the second read comes from.
+Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
+                                              int64_t ld_x, const float* mod_shift, const float* mod_scale,
+                                              int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
+                                              int64_t ld_q, float* scales, void* stream);
+#endif
+
+}  // namespace td::kernels

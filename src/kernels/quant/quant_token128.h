@@ -1,0 +1,42 @@
+// Per-token INT8 quantization of activations in 1x128 groups (quant_common.h,
+// format 2: symmetric, scale = amax/127, zero groups -> scale 0, codes 0):
+// the A operand of a block-scaled GEMM that rescales its int32 partial sums
+// once per 128-wide K block (DeepGEMM-style on Hopper).
+//
+//   x      [rows, cols] fp32 / fp16 / bf16, row stride ld_x (>= cols)
+//   q      [rows, cols] int8, row stride ld_q (>= cols)
+//   scales K-block-major: scales[g * ld_scales + m] is the scale of row m,
+//          columns [128g, 128g+128) (clipped to cols), for g < ceil(cols/128).
+//          ld_scales >= rows: pass rows for a dense [ceil(cols/128), rows]
+//          array, or rows rounded up to a multiple of 4 when a TMA-fed GEMM
+//          needs each K block's scale row 16-byte aligned. The GEMM's CTA for
+//          rows [m0, m0+BM) then reads one contiguous run of BM scales per K
+//          block. Padding entries (m >= rows) are not written.
+//
+// Any rows and cols are accepted; the last group of a row may be shorter than
+// 128. The CUDA kernel is bit-identical to the CPU reference (vectorized when
+// cols, ld_x, ld_q are multiples of 8 and x is 16-byte, q 8-byte aligned).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant/quant_common.h"
+#include "kernels/status.h"
+
+namespace td::kernels {
+
+Status quantize_token128_cpu(ElemType x_type, const void* x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* q,
+                             int64_t ld_q, float* scales, int64_t ld_scales);
+
+// out[m, c] = q[m, c] * scales[(c/128) * ld_scales + m] (fp32).
+Status dequantize_token128_cpu(const int8_t* q, int64_t rows, int64_t cols, int64_t ld_q, const float* scales,
+                               int64_t ld_scales, float* out, int64_t ld_out);
+
+#if TURBODIFF_HAVE_CUDA
+// Half a warp per (row, group): 16 lanes x 8 elements, amax by xor shuffles;
+// each half-warp handles 4 groups with all loads issued first.
+Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* q,
+                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream);
+#endif
+
+}  // namespace td::kernels

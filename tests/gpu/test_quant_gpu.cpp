@@ -1,0 +1,394 @@
+// The CUDA INT8 quantizers against their CPU references (which
+// tests/cpu/test_quant_ref.cpp checks against fp64), on fresh random inputs:
+// every input type, awkward shapes (rows 1, 37, 130, 333, 1000; cols 64, 200,
+// 1000, 1001, 1536, 4096, 5120, 8960), padded and odd row strides, the
+// vectorized and the element-wise paths (odd strides, a misaligned base),
+// poisoned device outputs and padding, the hand-made tie / saturation / zero
+// cases, and Wan-sized problems (32760 x 1536, 1000 x 5120).
+//
+// Bars:
+//  * standalone quantizers: codes and scales bit-identical to the CPU
+//    reference. Both sides evaluate the same IEEE operations (max of exact
+//    values, correctly rounded 128/amax or 127/amax, one rounded product,
+//    round-half-even with saturation), so there is no tie the two could
+//    resolve differently: not one differing code is tolerated.
+//  * fused LayerNorm-modulate-quantize: the GPU computes y in fp32 with tree
+//    reductions and fused multiply-adds, the reference sequentially with fp64
+//    sums, so y differs by a few ulp (<= ~1e-6 relative) and so do the scales
+//    (bar 2e-5 relative); a code may then move by +-1 where y * inv lies
+//    within ~128 * 1e-6 of a rounding tie: at most 1e-3 of the codes (+4) may
+//    differ, never by more than 1. Dequantized GPU output stays within half a
+//    step (a full step for TurboDiffusion's saturating 127) plus 1e-5 (1 + |y|)
+//    of the reference's fp32 y.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/dtype.h"
+#include "harness/harness.h"
+#include "kernels/quant/layernorm_modulate_quant.h"
+#include "kernels/quant/quant_block128.h"
+#include "kernels/quant/quant_per_row.h"
+#include "kernels/quant/quant_token128.h"
+
+#if TURBODIFF_HAVE_CUDA
+
+namespace td::kernels {
+namespace {
+
+constexpr ElemType kActTypes[] = {ElemType::F32, ElemType::F16, ElemType::BF16};
+constexpr uint8_t kCodePoison = 0x5a;
+
+DType dtype_of(ElemType t) { return t == ElemType::F32 ? DType::F32 : t == ElemType::F16 ? DType::F16 : DType::BF16; }
+const char* type_name(ElemType t) { return t == ElemType::F32 ? "f32" : t == ElemType::F16 ? "f16" : "bf16"; }
+size_t elem_bytes(ElemType t) { return t == ElemType::F32 ? 4 : 2; }
+
+// Device memory freed on scope exit; `offset` bytes of slack in front let a
+// test hand the kernel a misaligned base.
+struct DeviceBuf {
+  void* base = nullptr;
+  size_t bytes = 0, offset = 0;
+  DeviceBuf(size_t n, size_t off = 0) : bytes(n), offset(off) { base = cuda::device_alloc(std::max<size_t>(n + off, 1), 0); }
+  ~DeviceBuf() { cuda::device_free(base, 0); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  void* ptr() const { return static_cast<char*>(base) + offset; }
+  void upload(const void* host) { cuda::memcpy_sync(ptr(), host, bytes, true); }
+  void download(void* host) const { cuda::memcpy_sync(host, ptr(), bytes, false); }
+};
+
+struct Input {
+  ElemType type;
+  int64_t rows, cols, ld;
+  std::vector<unsigned char> bytes;
+};
+Input make_input(ElemType t, int64_t rows, int64_t cols, int64_t ld, double mean = 0, double stddev = 1,
+                 bool awkward = false) {
+  Input in{t, rows, cols, ld, std::vector<unsigned char>(size_t(std::max<int64_t>(rows * ld, 1)) * elem_bytes(t))};
+  test::poison(in.bytes.data(), in.bytes.size(), dtype_of(t));
+  const std::vector<float> v = test::randn(size_t(rows * cols));
+  const std::vector<float> u = test::randu(size_t(rows), 0.f, 1.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double row_scale = awkward ? std::exp2(12.0 * u[size_t(r)] - 6.0) : 1.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      double x = mean + stddev * v[size_t(r * cols + c)] * row_scale;
+      if (awkward && r % 7 == 3 && (c / 128) % 3 == 1) x = 0;  // zero 1x128 groups
+      store_from_f64(in.bytes.data(), dtype_of(t), size_t(r * ld + c), x);
+    }
+  }
+  return in;
+}
+
+enum class Fmt { Block128, Token128, PerRow };
+const char* fmt_name(Fmt f) { return f == Fmt::Block128 ? "block128" : f == Fmt::Token128 ? "token128" : "per_row"; }
+
+size_t scale_count(Fmt f, int64_t rows, int64_t cols, int64_t ld_scales) {
+  return f == Fmt::Block128   ? size_t(quant_groups(rows) * quant_groups(cols))
+         : f == Fmt::Token128 ? size_t(quant_groups(cols) * ld_scales)
+                              : size_t(rows);
+}
+
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+};
+
+Status run_cpu(Fmt f, const Input& in, int64_t ld_q, int64_t ld_s, Quantized& out) {
+  switch (f) {
+    case Fmt::Block128:
+      return quantize_block128_cpu(in.type, in.bytes.data(), in.rows, in.cols, in.ld, out.q.data(), ld_q,
+                                   out.scales.data());
+    case Fmt::Token128:
+      return quantize_token128_cpu(in.type, in.bytes.data(), in.rows, in.cols, in.ld, out.q.data(), ld_q,
+                                   out.scales.data(), ld_s);
+    default:
+      return quantize_per_row_cpu(in.type, in.bytes.data(), in.rows, in.cols, in.ld, out.q.data(), ld_q,
+                                  out.scales.data());
+  }
+}
+
+// Runs the CUDA quantizer on `in` (uploaded at a base misaligned by `misalign`
+// bytes) into poisoned device buffers and downloads the result.
+Quantized run_gpu(Fmt f, const Input& in, int64_t ld_q, int64_t ld_s, size_t misalign = 0) {
+  DeviceBuf x(in.bytes.size(), misalign);
+  x.upload(in.bytes.data());
+  Quantized out{std::vector<int8_t>(size_t(std::max<int64_t>(in.rows * ld_q, 1))),
+                std::vector<float>(std::max<size_t>(scale_count(f, in.rows, in.cols, ld_s), 1))};
+  test::poison(out.q.data(), out.q.size(), DType::I8);
+  test::poison(out.scales.data(), out.scales.size() * 4, DType::F32);
+  DeviceBuf q(out.q.size()), s(out.scales.size() * 4);
+  q.upload(out.q.data());
+  s.upload(out.scales.data());
+  cuda::Stream stream(0);
+  Status st = Status::Ok;
+  switch (f) {
+    case Fmt::Block128:
+      st = quantize_block128_cuda(in.type, x.ptr(), in.rows, in.cols, in.ld, static_cast<int8_t*>(q.ptr()), ld_q,
+                                  static_cast<float*>(s.ptr()), stream.native());
+      break;
+    case Fmt::Token128:
+      st = quantize_token128_cuda(in.type, x.ptr(), in.rows, in.cols, in.ld, static_cast<int8_t*>(q.ptr()), ld_q,
+                                  static_cast<float*>(s.ptr()), ld_s, stream.native());
+      break;
+    case Fmt::PerRow:
+      st = quantize_per_row_cuda(in.type, x.ptr(), in.rows, in.cols, in.ld, static_cast<int8_t*>(q.ptr()), ld_q,
+                                 static_cast<float*>(s.ptr()), stream.native());
+      break;
+  }
+  EXPECT_EQ(st, Status::Ok);
+  stream.synchronize();
+  q.download(out.q.data());
+  s.download(out.scales.data());
+  return out;
+}
+
+// Bit-identical codes and scales (NaN == NaN for never-written padding).
+void expect_identical(const Quantized& gpu, const Quantized& cpu, const std::string& what) {
+  size_t differing = 0, first = 0;
+  for (size_t i = 0; i < cpu.q.size(); ++i)
+    if (gpu.q[i] != cpu.q[i] && differing++ == 0) first = i;
+  EXPECT_EQ(differing, 0u) << what << ": " << differing << " of " << cpu.q.size() << " code bytes differ, first at "
+                           << first << " (gpu " << int(gpu.q[first]) << ", cpu " << int(cpu.q[first]) << ")";
+  size_t scale_diff = 0;
+  for (size_t i = 0; i < cpu.scales.size(); ++i) {
+    const bool both_nan = std::isnan(gpu.scales[i]) && std::isnan(cpu.scales[i]);
+    if (!both_nan && gpu.scales[i] != cpu.scales[i] && scale_diff++ < 3)
+      ADD_FAILURE() << what << ": scale " << i << " gpu " << gpu.scales[i] << " cpu " << cpu.scales[i];
+  }
+  EXPECT_EQ(scale_diff, 0u) << what;
+}
+
+void compare_standalone(Fmt f, const Input& in, int64_t ld_q, int64_t ld_s, size_t misalign, const std::string& what) {
+  Quantized cpu{std::vector<int8_t>(size_t(std::max<int64_t>(in.rows * ld_q, 1))),
+                std::vector<float>(std::max<size_t>(scale_count(f, in.rows, in.cols, ld_s), 1))};
+  test::poison(cpu.q.data(), cpu.q.size(), DType::I8);
+  test::poison(cpu.scales.data(), cpu.scales.size() * 4, DType::F32);
+  ASSERT_EQ(run_cpu(f, in, ld_q, ld_s, cpu), Status::Ok) << what;
+  const Quantized gpu = run_gpu(f, in, ld_q, ld_s, misalign);
+  expect_identical(gpu, cpu, what);
+  // Padding of q rows stays poisoned on the GPU too (the CPU side is checked in the CPU tests).
+  for (int64_t r = 0; r < in.rows; ++r)
+    for (int64_t c = in.cols; c < ld_q; ++c)
+      ASSERT_EQ(uint8_t(gpu.q[size_t(r * ld_q + c)]), kCodePoison) << what << " q padding written";
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+constexpr Shape kShapes[] = {{1, 8960}, {37, 1536}, {333, 5120}, {1000, 200}, {130, 4096},
+                             {257, 1000}, {37, 64}, {3, 1001}, {129, 129}};
+
+void check_standalone(Fmt f) {
+  TD_REQUIRE_GPU();
+  for (ElemType t : kActTypes) {
+    for (const Shape& s : kShapes) {
+      for (bool awkward : {false, true}) {
+        const std::string what = std::string(fmt_name(f)) + " " + type_name(t) + " " + std::to_string(s.rows) + "x" +
+                                 std::to_string(s.cols) + (awkward ? " awkward" : "");
+        // Vector path (strides multiples of 8) where the shape allows it...
+        const Input in = make_input(t, s.rows, s.cols, s.cols + 8 + (s.cols % 8 ? 8 - s.cols % 8 : 0), 0, 1, awkward);
+        compare_standalone(f, in, in.cols + 16 + (s.cols % 8 ? 8 - s.cols % 8 : 0), s.rows + 4, 0, what + " vec");
+        // ...and the element-wise path: odd strides and a base 2 bytes off alignment.
+        const Input odd = make_input(t, s.rows, s.cols, s.cols + 3, 0, 1, awkward);
+        compare_standalone(f, odd, s.cols + 5, s.rows + 1, 2, what + " scalar");
+      }
+    }
+  }
+}
+
+TEST(QuantGpu, Block128BitIdenticalToReference) { check_standalone(Fmt::Block128); }
+TEST(QuantGpu, Token128BitIdenticalToReference) { check_standalone(Fmt::Token128); }
+TEST(QuantGpu, PerRowBitIdenticalToReference) { check_standalone(Fmt::PerRow); }
+
+TEST(QuantGpu, WanSizedBitIdenticalToReference) {
+  TD_REQUIRE_GPU();
+  const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);
+  const Input wan14 = make_input(ElemType::BF16, 1000, 5120, 5120, 0, 1, true);
+  for (Fmt f : {Fmt::Block128, Fmt::Token128, Fmt::PerRow}) {
+    compare_standalone(f, wan13, 1536, 32760, 0, std::string(fmt_name(f)) + " bf16 32760x1536");
+    compare_standalone(f, wan14, 5120, 1000, 0, std::string(fmt_name(f)) + " bf16 1000x5120");
+  }
+}
+
+TEST(QuantGpu, TiesSaturationAndZeroGroups) {
+  TD_REQUIRE_GPU();
+  // The hand-made cases of the CPU tests, whose exact codes are asserted there.
+  const int64_t cols = 260;
+  Input in{ElemType::F32, 2, cols, cols, std::vector<unsigned char>(size_t(2 * cols) * 4, 0)};
+  float* x = reinterpret_cast<float*>(in.bytes.data());
+  const float row0[] = {2.5f, 3.5f, -2.5f, -3.5f, 0.5f, 1.5f, -0.5f, 127.5f, -128.f, 127.49f, 126.5f, 100.25f};
+  std::copy(std::begin(row0), std::end(row0), x);
+  x[cols + 5] = 64.f;
+  x[256] = std::ldexp(1.f, -110);  // a ragged group below the zero threshold (row 0, cols 256..259)
+  for (Fmt f : {Fmt::Block128, Fmt::Token128, Fmt::PerRow}) compare_standalone(f, in, cols, 2, 0, fmt_name(f));
+  const Quantized g = run_gpu(Fmt::Block128, in, cols, 0);
+  const int want0[] = {2, 4, -2, -4, 0, 2, 0, 127, -128, 127, 126, 100};
+  for (size_t i = 0; i < std::size(want0); ++i) EXPECT_EQ(g.q[i], want0[i]) << "x = " << row0[i];
+  EXPECT_EQ(g.scales[0], 1.0f);
+  EXPECT_EQ(g.scales[2], 1e-8f / 128.f);  // the all-zero ragged block (cols 256..259)
+}
+
+TEST(QuantGpu, EmptyAndBadArguments) {
+  TD_REQUIRE_GPU();
+  cuda::Stream s(0);
+  EXPECT_EQ(quantize_block128_cuda(ElemType::BF16, nullptr, 0, 128, 128, nullptr, 128, nullptr, s.native()), Status::Ok);
+  EXPECT_EQ(quantize_token128_cuda(ElemType::BF16, nullptr, 4, 0, 0, nullptr, 0, nullptr, 4, s.native()), Status::Ok);
+  DeviceBuf x(4096), q(4096), sc(64);
+  EXPECT_EQ(quantize_block128_cuda(ElemType::I8, x.ptr(), 2, 64, 64, static_cast<int8_t*>(q.ptr()), 64,
+                                   static_cast<float*>(sc.ptr()), s.native()),
+            Status::InvalidArgument);
+  EXPECT_EQ(quantize_token128_cuda(ElemType::F16, x.ptr(), 4, 64, 64, static_cast<int8_t*>(q.ptr()), 64,
+                                   static_cast<float*>(sc.ptr()), 3, s.native()),
+            Status::InvalidArgument);  // ld_scales < rows
+  EXPECT_EQ(quantize_per_row_cuda(ElemType::F32, x.ptr(), 2, 64, 32, static_cast<int8_t*>(q.ptr()), 64,
+                                  static_cast<float*>(sc.ptr()), s.native()),
+            Status::InvalidArgument);  // ld_x < cols
+}
+
+// ---- fused LayerNorm + modulation + quantization ---------------------------------------
+
+constexpr float kEps = 1e-6f;
+
+struct LnCase {
+  int64_t rows, dim, rows_per_batch;
+};
+constexpr LnCase kLnCases[] = {{1, 1536, 1},   {37, 64, 37},    {333, 1000, 111}, {130, 5120, 65},
+                               {129, 200, 43}, {300, 4096, 300}, {1000, 5120, 500}};
+
+struct LnProblem {
+  Input x;
+  std::vector<float> e0;  // [batches, 6, dim]: shift = e0[:, 0], scale = e0[:, 1]
+  int64_t ld_mod, rows_per_batch;
+  const float* shift() const { return e0.data(); }
+  const float* scale() const { return e0.data() + ld_mod / 6; }
+};
+LnProblem make_ln_problem(ElemType t, int64_t rows, int64_t dim, int64_t rows_per_batch) {
+  LnProblem p{make_input(t, rows, dim, dim + 8, 3.0, 2.0), {}, 6 * dim, rows_per_batch};
+  p.e0 = test::randn(size_t((rows + rows_per_batch - 1) / rows_per_batch * p.ld_mod), 0.f, 0.4f);
+  return p;
+}
+
+void check_ln(Fmt f, const LnProblem& p, const std::string& what) {
+  const Input& in = p.x;
+  const int64_t rows = in.rows, dim = in.cols, ld_q = dim + 16, ld_s = f == Fmt::Token128 ? rows + 4 : 0;
+  const size_t nscales = scale_count(f, rows, dim, ld_s);
+  // Reference: y (fp32) and the fused reference's codes.
+  std::vector<float> y(size_t(rows * dim));
+  ASSERT_EQ(layernorm_modulate_f32_cpu(in.type, in.bytes.data(), rows, dim, in.ld, p.shift(), p.scale(), p.ld_mod,
+                                       p.rows_per_batch, kEps, y.data(), dim),
+            Status::Ok);
+  Quantized cpu{std::vector<int8_t>(size_t(rows * ld_q)), std::vector<float>(nscales)};
+  test::poison(cpu.q.data(), cpu.q.size(), DType::I8);
+  test::poison(cpu.scales.data(), cpu.scales.size() * 4, DType::F32);
+  const Status cst =
+      f == Fmt::Token128
+          ? layernorm_modulate_quant_token128_cpu(in.type, in.bytes.data(), rows, dim, in.ld, p.shift(), p.scale(),
+                                                  p.ld_mod, p.rows_per_batch, kEps, cpu.q.data(), ld_q,
+                                                  cpu.scales.data(), ld_s)
+          : layernorm_modulate_quant_block128_cpu(in.type, in.bytes.data(), rows, dim, in.ld, p.shift(), p.scale(),
+                                                  p.ld_mod, p.rows_per_batch, kEps, cpu.q.data(), ld_q,
+                                                  cpu.scales.data());
+  ASSERT_EQ(cst, Status::Ok) << what;
+
+  DeviceBuf x(in.bytes.size()), mod(p.e0.size() * 4), q(cpu.q.size()), s(nscales * 4);
+  x.upload(in.bytes.data());
+  mod.upload(p.e0.data());
+  Quantized gpu{std::vector<int8_t>(cpu.q.size()), std::vector<float>(nscales)};
+  test::poison(gpu.q.data(), gpu.q.size(), DType::I8);
+  test::poison(gpu.scales.data(), gpu.scales.size() * 4, DType::F32);
+  q.upload(gpu.q.data());
+  s.upload(gpu.scales.data());
+  const float* shift_d = static_cast<const float*>(mod.ptr());
+  const float* scale_d = shift_d + p.ld_mod / 6;
+  cuda::Stream stream(0);
+  const Status gst =
+      f == Fmt::Token128
+          ? layernorm_modulate_quant_token128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, scale_d, p.ld_mod,
+                                                   p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()), ld_q,
+                                                   static_cast<float*>(s.ptr()), ld_s, stream.native())
+          : layernorm_modulate_quant_block128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, scale_d, p.ld_mod,
+                                                   p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()), ld_q,
+                                                   static_cast<float*>(s.ptr()), stream.native());
+  ASSERT_EQ(gst, Status::Ok) << what;
+  stream.synchronize();
+  q.download(gpu.q.data());
+  s.download(gpu.scales.data());
+
+  // Scales: close to the reference's; padding entries untouched.
+  for (size_t i = 0; i < nscales; ++i) {
+    const float a = gpu.scales[i], b = cpu.scales[i];
+    if (std::isnan(b)) {
+      ASSERT_TRUE(std::isnan(a)) << what << " scale padding " << i << " written";
+      continue;
+    }
+    ASSERT_LE(std::fabs(a - b), 2e-5 * std::fabs(b)) << what << " scale " << i << ": gpu " << a << " cpu " << b;
+  }
+  // Codes: +-1 near ties only; dequantized within the step bound of y.
+  size_t moved = 0, n = 0;
+  const int64_t groups = quant_groups(dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < ld_q; ++c) {
+      const int8_t a = gpu.q[size_t(r * ld_q + c)], b = cpu.q[size_t(r * ld_q + c)];
+      if (c >= dim) {
+        ASSERT_EQ(uint8_t(a), kCodePoison) << what << " q padding written at (" << r << ", " << c << ")";
+        continue;
+      }
+      ++n;
+      ASSERT_LE(std::abs(int(a) - int(b)), 1) << what << " code (" << r << ", " << c << ")";
+      moved += a != b;
+      const float scale = f == Fmt::Token128 ? gpu.scales[size_t((c / 128) * ld_s + r)]
+                                             : gpu.scales[size_t((r / 128) * groups + c / 128)];
+      const double yv = y[size_t(r * dim + c)], deq = double(a) * scale;
+      const double step = f == Fmt::Block128 && a == 127 ? scale : 0.5 * scale;
+      ASSERT_LE(std::fabs(deq - yv), step * (1 + 1e-5) + 1e-5 * (1 + std::fabs(yv)))
+          << what << " dequantized (" << r << ", " << c << ")";
+    }
+  }
+  EXPECT_LE(double(moved), 1e-3 * double(n) + 4) << what << ": " << moved << " of " << n << " codes moved by 1";
+}
+
+void check_ln_fmt(Fmt f) {
+  TD_REQUIRE_GPU();
+  for (ElemType t : kActTypes)
+    for (const LnCase& lc : kLnCases) {
+      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+      check_ln(f, p, std::string("ln_modulate_quant ") + fmt_name(f) + " " + type_name(t) + " " +
+                         std::to_string(lc.rows) + "x" + std::to_string(lc.dim));
+    }
+  // Wan 1.3B 480p, one sample: 32760 tokens x 1536.
+  const LnProblem wan = make_ln_problem(ElemType::BF16, 32760, 1536, 32760);
+  check_ln(f, wan, std::string("ln_modulate_quant ") + fmt_name(f) + " bf16 32760x1536");
+}
+
+TEST(LnModulateQuantGpu, Token128AgainstReference) { check_ln_fmt(Fmt::Token128); }
+TEST(LnModulateQuantGpu, Block128AgainstReference) { check_ln_fmt(Fmt::Block128); }
+
+TEST(LnModulateQuantGpu, RejectsWhatItCannotVectorize) {
+  TD_REQUIRE_GPU();
+  cuda::Stream s(0);
+  DeviceBuf x(1 << 16), mod(1 << 16), q(1 << 16), sc(1 << 12);
+  const float* m = static_cast<const float*>(mod.ptr());
+  auto token = [&](const void* xp, int64_t dim, int64_t ld) {
+    return layernorm_modulate_quant_token128_cuda(ElemType::BF16, xp, 4, dim, ld, m, m, ld, 4, kEps,
+                                                  static_cast<int8_t*>(q.ptr()), ld, static_cast<float*>(sc.ptr()), 4,
+                                                  s.native());
+  };
+  EXPECT_EQ(token(x.ptr(), 1001, 1008), Status::InvalidArgument);  // dim % 8
+  EXPECT_EQ(token(x.ptr(), 1000, 1004), Status::InvalidArgument);  // ld % 8
+  EXPECT_EQ(token(static_cast<char*>(x.ptr()) + 2, 1000, 1000), Status::InvalidArgument);  // misaligned x
+  EXPECT_EQ(token(x.ptr(), 40000, 40000), Status::InvalidArgument);  // dim > 32768
+  EXPECT_EQ(token(x.ptr(), 1000, 1000), Status::Ok);
+  EXPECT_EQ(layernorm_modulate_quant_block128_cuda(ElemType::I8, x.ptr(), 4, 64, 64, m, m, 64, 4, kEps,
+                                                   static_cast<int8_t*>(q.ptr()), 64, static_cast<float*>(sc.ptr()),
+                                                   s.native()),
+            Status::InvalidArgument);
+  s.synchronize();
+}
+
+}  // namespace
+}  // namespace td::kernels
+
+#endif  // TURBODIFF_HAVE_CUDA
