@@ -15,6 +15,25 @@ mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 : > "$LOG"
 export TURBODIFF_SOURCE_DIR=$(pwd) TURBODIFF_CLI=$(pwd)/$BUNDLE/turbodiff PYTHONUNBUFFERED=1
+# cuDNN and NVRTC are linked dynamically; on machines where they come only
+# with PyTorch's wheels (nvidia-* packages), put those folders on the loader path.
+extra=$(python3 - <<'PY' 2>/dev/null
+import importlib, os
+dirs = []
+for mod in ("nvidia.cudnn", "nvidia.cuda_nvrtc", "nvidia.cublas", "nvidia.nccl", "nvidia.cu13"):
+    try:
+        m = importlib.import_module(mod)
+        for base in list(getattr(m, "__path__", [])):
+            for sub in ("lib", "lib64"):
+                d = os.path.join(base, sub)
+                if os.path.isdir(d):
+                    dirs.append(d)
+    except Exception:
+        pass
+print(":".join(dirs))
+PY
+)
+[ -n "$extra" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$extra"
 declare -a SUMMARY
 RESULTS="$OUT/results.json.parts"
 : > "$RESULTS"
