@@ -2,7 +2,7 @@
 # Packs what the GPU machine needs from a build made here (no GPU needed to
 # build) into .gpu_bundle/ (git-ignored, well under the 64 MiB carry limit):
 # the CLI, the test binaries and the benches. Then, on the GPU machine:
-#   scripts/gpu_check.sh .gpu_bundle
+#   tar xJf .gpu_bundle.tar.xz && scripts/gpu_check.sh .gpu_bundle
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -16,3 +16,7 @@ for b in "$BUILD"/bench/bench_*; do
 done
 strip --strip-debug .gpu_bundle/turbodiff .gpu_bundle/turbodiff_* .gpu_bundle/bench/* 2>/dev/null || true
 du -sh .gpu_bundle
+# The binaries each carry every kernel; compressed they travel in a fraction
+# of the carry limit. On the GPU machine: tar xJf .gpu_bundle.tar.xz
+tar cf - .gpu_bundle | xz -T2 -3 > .gpu_bundle.tar.xz
+ls -la .gpu_bundle.tar.xz
