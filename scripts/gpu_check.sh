@@ -66,7 +66,7 @@ add_result doctor "$OUT/doctor.json"
 
 if [ -x "$BUNDLE/turbodiff_gpu_tests" ]; then
   section "GPU tests"
-  "$BUNDLE/turbodiff_gpu_tests" --gtest_output=json:"$OUT/gpu_tests.json" >> "$LOG" 2>&1
+  timeout 300 "$BUNDLE/turbodiff_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} --gtest_output=json:"$OUT/gpu_tests.json" >> "$LOG" 2>&1
   rc=$?
   SUMMARY+=("GPU tests: exit $rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$LOG" | tail -3 | tr '\n' ' ')")
 fi
