@@ -66,9 +66,15 @@ add_result doctor "$OUT/doctor.json"
 
 if [ -x "$BUNDLE/turbodiff_gpu_tests" ]; then
   section "GPU tests"
-  timeout 300 "$BUNDLE/turbodiff_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} --gtest_output=json:"$OUT/gpu_tests.json" >> "$LOG" 2>&1
-  rc=$?
-  SUMMARY+=("GPU tests: exit $rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$LOG" | tail -3 | tr '\n' ' ')")
+  # One process per test suite: a kernel fault leaves the CUDA context unusable,
+  # and would otherwise fail every test that runs after it.
+  suites=$("$BUNDLE/turbodiff_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} | grep -E '^[^ ]' | sed 's/\.$//')
+  pass=0; fail=0; failed_suites=""
+  for s in $suites; do
+    timeout 300 "$BUNDLE/turbodiff_gpu_tests" --gtest_filter="$s.*" >> "$LOG" 2>&1
+    if [ $? -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); failed_suites="$failed_suites $s"; fi
+  done
+  SUMMARY+=("GPU test suites: $pass passed, $fail failed:$failed_suites")
 fi
 
 section "CPU tests"
