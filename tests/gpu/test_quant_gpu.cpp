@@ -191,9 +191,9 @@ void check_standalone(Fmt f) {
         // Vector path (strides multiples of 8) where the shape allows it...
         const Input in = make_input(t, s.rows, s.cols, s.cols + 8 + (s.cols % 8 ? 8 - s.cols % 8 : 0), 0, 1, awkward);
         compare_standalone(f, in, in.cols + 16 + (s.cols % 8 ? 8 - s.cols % 8 : 0), s.rows + 4, 0, what + " vec");
-        // ...and the element-wise path: odd strides and a base 2 bytes off alignment.
+        // ...and the element-wise path: odd strides and a base one element off 16-byte alignment.
         const Input odd = make_input(t, s.rows, s.cols, s.cols + 3, 0, 1, awkward);
-        compare_standalone(f, odd, s.cols + 5, s.rows + 1, 2, what + " scalar");
+        compare_standalone(f, odd, s.cols + 5, s.rows + 1, elem_bytes(t), what + " scalar");
       }
     }
   }
@@ -271,7 +271,12 @@ LnProblem make_ln_problem(ElemType t, int64_t rows, int64_t dim, int64_t rows_pe
   return p;
 }
 
-void check_ln(Fmt f, const LnProblem& p, const std::string& what) {
+// Runs the fused kernel (block128: through `path`) and compares it with the
+// reference. *ran says whether it ran: a block128 path that reports
+// Unsupported is accepted (nothing checked) only when `unsupported_ok`.
+void check_ln(Fmt f, const LnProblem& p, const std::string& what, LnQuantBlockPath path = LnQuantBlockPath::Auto,
+              bool unsupported_ok = false, bool* ran = nullptr) {
+  if (ran) *ran = false;
   const Input& in = p.x;
   const int64_t rows = in.rows, dim = in.cols, ld_q = dim + 16, ld_s = f == Fmt::Token128 ? rows + 4 : 0;
   const size_t nscales = scale_count(f, rows, dim, ld_s);
@@ -311,8 +316,10 @@ void check_ln(Fmt f, const LnProblem& p, const std::string& what) {
                                                    static_cast<float*>(s.ptr()), ld_s, stream.native())
           : layernorm_modulate_quant_block128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, scale_d, p.ld_mod,
                                                    p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()), ld_q,
-                                                   static_cast<float*>(s.ptr()), stream.native());
+                                                   static_cast<float*>(s.ptr()), path, stream.native());
+  if (gst == Status::Unsupported && unsupported_ok) return;
   ASSERT_EQ(gst, Status::Ok) << what;
+  if (ran) *ran = true;
   stream.synchronize();
   q.download(gpu.q.data());
   s.download(gpu.scales.data());
@@ -350,26 +357,46 @@ void check_ln(Fmt f, const LnProblem& p, const std::string& what) {
   EXPECT_LE(double(moved), 1e-3 * double(n) + 4) << what << ": " << moved << " of " << n << " codes moved by 1";
 }
 
-void check_ln_fmt(Fmt f) {
+void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto) {
   TD_REQUIRE_GPU();
+  const std::string name = std::string("ln_modulate_quant ") + fmt_name(f) +
+                           (f == Fmt::Token128                        ? ""
+                            : path == LnQuantBlockPath::Cluster       ? " cluster"
+                            : path == LnQuantBlockPath::Portable      ? " portable"
+                                                                      : " auto");
+  // The cluster path needs sm_90 and 16 rows x dim of x (or 8 rows in a
+  // 16-CTA cluster) in shared memory: dim <= 6400 for 16-bit inputs, 3200 for fp32.
+  const auto info = cuda::device_info(0);
+  auto cluster_fits = [&](ElemType t, int64_t dim) {
+    return info.cc_major >= 9 && 16 * dim * int64_t(elem_bytes(t)) <= 200 * 1024;
+  };
   for (ElemType t : kActTypes)
     for (const LnCase& lc : kLnCases) {
       const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-      check_ln(f, p, std::string("ln_modulate_quant ") + fmt_name(f) + " " + type_name(t) + " " +
-                         std::to_string(lc.rows) + "x" + std::to_string(lc.dim));
+      const bool may_refuse = path == LnQuantBlockPath::Cluster && !cluster_fits(t, lc.dim);
+      bool ran = false;
+      check_ln(f, p, name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" + std::to_string(lc.dim), path,
+               may_refuse, &ran);
+      if (path == LnQuantBlockPath::Cluster && cluster_fits(t, lc.dim))
+        EXPECT_TRUE(ran) << name << ": the cluster path refused a shape it should run";
     }
   // Wan 1.3B 480p, one sample: 32760 tokens x 1536.
   const LnProblem wan = make_ln_problem(ElemType::BF16, 32760, 1536, 32760);
-  check_ln(f, wan, std::string("ln_modulate_quant ") + fmt_name(f) + " bf16 32760x1536");
+  check_ln(f, wan, name + " bf16 32760x1536", path, path == LnQuantBlockPath::Cluster && info.cc_major < 9);
 }
 
 TEST(LnModulateQuantGpu, Token128AgainstReference) { check_ln_fmt(Fmt::Token128); }
-TEST(LnModulateQuantGpu, Block128AgainstReference) { check_ln_fmt(Fmt::Block128); }
+TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
+TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }
+TEST(LnModulateQuantGpu, Block128ClusterAgainstReference) {
+  // sm_90+ only; elsewhere the path must say Unsupported, which check_ln accepts.
+  check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Cluster);
+}
 
 TEST(LnModulateQuantGpu, RejectsWhatItCannotVectorize) {
   TD_REQUIRE_GPU();
   cuda::Stream s(0);
-  DeviceBuf x(1 << 16), mod(1 << 16), q(1 << 16), sc(1 << 12);
+  DeviceBuf x(1 << 18), mod(1 << 16), q(1 << 16), sc(1 << 12);
   const float* m = static_cast<const float*>(mod.ptr());
   auto token = [&](const void* xp, int64_t dim, int64_t ld) {
     return layernorm_modulate_quant_token128_cuda(ElemType::BF16, xp, 4, dim, ld, m, m, ld, 4, kEps,
@@ -383,8 +410,14 @@ TEST(LnModulateQuantGpu, RejectsWhatItCannotVectorize) {
   EXPECT_EQ(token(x.ptr(), 1000, 1000), Status::Ok);
   EXPECT_EQ(layernorm_modulate_quant_block128_cuda(ElemType::I8, x.ptr(), 4, 64, 64, m, m, 64, 4, kEps,
                                                    static_cast<int8_t*>(q.ptr()), 64, static_cast<float*>(sc.ptr()),
-                                                   s.native()),
+                                                   LnQuantBlockPath::Auto, s.native()),
             Status::InvalidArgument);
+  // fp32 rows of 8192: 16 (or 8) rows do not fit in shared memory, so the
+  // cluster path declines and Auto falls back to the portable kernel.
+  EXPECT_EQ(layernorm_modulate_quant_block128_cuda(ElemType::F32, x.ptr(), 4, 8192, 8192, m, m, 8192, 4, kEps,
+                                                   static_cast<int8_t*>(q.ptr()), 8192, static_cast<float*>(sc.ptr()),
+                                                   LnQuantBlockPath::Cluster, s.native()),
+            Status::Unsupported);
   s.synchronize();
 }
 

@@ -60,12 +60,22 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
                                               int64_t ld_q, float* scales, int64_t ld_scales, void* stream);
 
-// One CTA per 128-row block; x is read twice (statistics + block amax, then
-// codes). See layernorm_modulate_quant.cu for where the second read comes from.
+// How the 128x128-block variant gets the amax of y over a 128-row stripe
+// before writing codes (layernorm_modulate_quant.cu):
+//   Cluster  (sm_90+): the stripe is split over a thread-block cluster of 8
+//            or 16 CTAs that keep their rows in shared memory and exchange
+//            per-group maxima through distributed shared memory: x is read
+//            once. Needs 8-16 rows x dim of x to fit in shared memory
+//            (bf16/fp16: dim <= 6400; fp32: dim <= 3200), else Unsupported.
+//   Portable (sm_80+): one CTA per stripe, x read twice (the second time
+//            from L2 only while the concurrent stripes fit in it).
+//   Auto:    Cluster where it runs, else Portable.
+enum class LnQuantBlockPath { Auto, Cluster, Portable };
+
 Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
                                               int64_t ld_x, const float* mod_shift, const float* mod_scale,
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
-                                              int64_t ld_q, float* scales, void* stream);
+                                              int64_t ld_q, float* scales, LnQuantBlockPath path, void* stream);
 #endif
 
 }  // namespace td::kernels
