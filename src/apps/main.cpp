@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   td::app::Commands cmds;
   td::app::register_info(app, cmds);
   td::app::register_doctor(app, cmds);
+  td::app::register_dit(app, cmds);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,133 @@
+// `turbodiff dit`: one Wan DiT forward, read from and written to safetensors
+// files, so the engine can be checked against other implementations (ours on
+// another device or dtype, diffusers, TurboDiffusion).
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "apps/commands.h"
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+#include "models/wan/wan_dit.h"
+#include "models/wan/wan_loader.h"
+
+namespace td::app {
+namespace {
+
+struct DitOptions {
+  std::vector<std::string> weights;
+  std::string inputs, out, config;
+  std::string device = "auto";  // auto: cuda when a GPU is usable, else cpu
+  std::string dtype = "auto";   // auto: f32 on cpu, bf16 on cuda
+  std::string attention = "original";
+  bool quant_linear = false;
+};
+
+int run_dit(const DitOptions& o) {
+  // Switches first: a request that cannot run fails before anything is loaded.
+  if (o.attention == "sla" || o.attention == "sagesla")
+    fail(ErrorKind::Unsupported, "--attention ", o.attention, " is not implemented yet (",
+         o.attention == "sla" ? "SLA: issue 4" : "SageSLA: issue 6",
+         "); --attention original runs exact attention");
+  if (o.quant_linear)
+    fail(ErrorKind::Unsupported,
+         "--quant-linear (the W8A8 INT8 GEMM path) is not implemented yet (issue 6); INT8 checkpoints load without "
+         "it, dequantized to the run dtype");
+  if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla are not implemented yet)");
+
+  const bool gpu = cuda::device_count() > 0;
+  const std::string device_name = o.device == "auto" ? (gpu ? "cuda" : "cpu") : o.device;
+  if (device_name == "cuda" && !gpu)
+    fail(ErrorKind::Unsupported, "--device cuda: no usable CUDA GPU (", cuda::unavailable_reason(), ")");
+  const Device device = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
+  const std::string dtype_str = o.dtype == "auto" ? (device.is_cuda() ? "bf16" : "f32") : o.dtype;
+  const DType dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
+  if (device.is_cuda() && dtype == DType::F32)
+    fail(ErrorKind::Unsupported,
+         "--dtype f32 on CUDA: the GPU attention kernels (cuDNN, flash) take bf16; use --dtype bf16 on CUDA, or "
+         "--device cpu for the f32 reference");
+
+  // Inputs: exactly latent, timestep, context.
+  const io::TensorFile in = io::read_safetensors(o.inputs);
+  std::map<std::string, Tensor> inputs;
+  for (const auto& [n, t] : in.tensors) inputs[n] = t;
+  std::vector<std::string> problems;
+  for (const char* need : {"latent", "timestep", "context"})
+    if (!inputs.count(need)) problems.push_back(cat("missing tensor '", need, "'"));
+  for (const auto& [n, t] : inputs)
+    if (n != "latent" && n != "timestep" && n != "context") problems.push_back(cat("unexpected tensor '", n, "'"));
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p;
+    fail(ErrorKind::Format, o.inputs, ": ", msg,
+         " (expected latent [B, C, T, H, W], timestep [B] and context [B, Lc, text_dim], all f32)");
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  models::wan::WanLoadOptions lo;
+  lo.device = device;
+  lo.dtype = dtype;
+  lo.config_path = o.config;
+  models::wan::WanCheckpoint ck = models::wan::load_wan_checkpoint(o.weights, lo);
+  const std::string description = ck.detection.description;
+  const bool int8 = ck.int8_dequantized;
+  const models::wan::WanDiT model(std::move(ck), nn::AttentionKind::Original);
+  try {
+    model.check_inputs(inputs["latent"], inputs["timestep"], inputs["context"]);
+  } catch (const Error& e) {
+    fail(e.kind(), o.inputs, ": ", e.what(), " (model ", model.config().describe(), ")");
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  Tensor velocity = model.forward(inputs["latent"], inputs["timestep"], inputs["context"]);
+  if (device.is_cuda()) cuda::synchronize(device.index);
+  const auto t2 = std::chrono::steady_clock::now();
+  if (!velocity.device().is_cpu()) velocity = velocity.to(Device::cpu());
+
+  const std::map<std::string, std::string> meta = {
+      {"model", model.config().describe()},
+      {"checkpoint", description},
+      {"device", device.str()},
+      {"dtype", dtype_name(dtype)},
+      {"attention", "original"},
+      {"int8_weights", int8 ? "dequantized at load" : "none"}};
+  io::write_safetensors(o.out, {{"velocity", velocity}}, meta);
+  const double load_s = std::chrono::duration<double>(t1 - t0).count();
+  const double fwd_s = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("velocity %s written to %s (%s; %s %s, attention original; load %.2f s, forward %.3f s)\n",
+              shape_str(velocity.shape()).c_str(), o.out.c_str(), model.config().variant.c_str(),
+              device.str().c_str(), dtype_name(dtype), load_s, fwd_s);
+  return 0;
+}
+
+}  // namespace
+
+void register_dit(CLI::App& app, Commands& cmds) {
+  auto o = std::make_shared<DitOptions>();
+  auto* sub = app.add_subcommand(
+      "dit", "One Wan DiT forward from a safetensors file of inputs (latent, timestep, context) to one of outputs "
+             "(velocity): for checking the engine against other implementations");
+  sub->add_option("--weights", o->weights,
+                  "DiT checkpoint files or folders: original Wan, diffusers (sharded), rCM/TurboDiffusion .pth")
+      ->required()
+      ->expected(1, -1);
+  sub->add_option("--inputs", o->inputs,
+                  "safetensors with latent [B, C, T, H, W], timestep [B], context [B, Lc, text_dim] (f32)")
+      ->required();
+  sub->add_option("--out", o->out, "safetensors to write: velocity [B, out_dim, T, H, W] (f32), written atomically")
+      ->required();
+  sub->add_option("--config", o->config,
+                  "diffusers config.json of the model (default: config.json beside the weights, else detected)");
+  sub->add_option("--device", o->device, "cpu or cuda (default: cuda when a GPU is usable, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--dtype", o->dtype, "run dtype of the matmuls: f32 (CPU reference) or bf16 (default: f32 on cpu, "
+                                       "bf16 on cuda)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  sub->add_option("--attention", o->attention, "original (exact), sla or sagesla (not implemented yet), auto")
+      ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
+  sub->add_flag("--quant-linear", o->quant_linear, "W8A8 INT8 linears (not implemented yet)");
+  cmds.emplace_back(sub, [o] { return run_dit(*o); });
+}
+
+}  // namespace td::app

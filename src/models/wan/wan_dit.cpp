@@ -1,0 +1,257 @@
+#include "models/wan/wan_dit.h"
+
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "ops/elementwise.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace td::models::wan {
+namespace {
+
+Tensor take(std::map<std::string, Tensor>& ts, const std::string& name) {
+  auto it = ts.find(name);
+  TD_CHECK(it != ts.end(), Internal, "Wan DiT: tensor ", name, " was not loaded");
+  Tensor t = std::move(it->second);
+  ts.erase(it);
+  return t;
+}
+
+nn::Linear take_linear(std::map<std::string, Tensor>& ts, const std::string& base) {
+  Tensor w = take(ts, base + ".weight");
+  Tensor b = take(ts, base + ".bias");
+  return nn::Linear(std::move(w), std::move(b));
+}
+
+// Host f32 copy of an input (inputs are small: latents, timesteps, contexts).
+Tensor host_f32(const Tensor& t) {
+  Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
+  return h.dtype() == DType::F32 ? h.contiguous() : h.contiguous().to(DType::F32);
+}
+
+// Host tensor -> `dtype` on `device`.
+Tensor to_run(const Tensor& host, DType dtype, Device device) {
+  Tensor t = host.dtype() == dtype ? host : host.to(dtype);
+  return device.is_cpu() ? t : t.to(device);
+}
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
+
+}  // namespace
+
+Tensor wan_patchify(const Tensor& latent, int64_t pt, int64_t ph, int64_t pw) {
+  TD_CHECK(latent.device().is_cpu() && latent.dtype() == DType::F32 && latent.dim() == 5 && latent.is_contiguous(),
+           Internal, "wan_patchify takes a contiguous host f32 [B, C, T, H, W], got ", latent.desc());
+  const int64_t B = latent.size(0), C = latent.size(1), T = latent.size(2), H = latent.size(3), W = latent.size(4);
+  const int64_t Tp = T / pt, Hp = H / ph, Wp = W / pw, L = Tp * Hp * Wp, F = C * pt * ph * pw;
+  Tensor out = Tensor::empty({B, L, F}, DType::F32);
+  const float* src = latent.data<float>();
+  float* dst = out.data<float>();
+  td::parallel_for(B * L, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / L, l = r % L, f = l / (Hp * Wp), h = (l / Wp) % Hp, w = l % Wp;
+      float* row = dst + r * F;
+      int64_t i = 0;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t kt = 0; kt < pt; ++kt)
+          for (int64_t kh = 0; kh < ph; ++kh)
+            for (int64_t kw = 0; kw < pw; ++kw)
+              row[i++] = src[(((b * C + c) * T + f * pt + kt) * H + h * ph + kh) * W + w * pw + kw];
+    }
+  });
+  return out;
+}
+
+Tensor wan_unpatchify(const Tensor& tokens, int64_t T, int64_t H, int64_t W, int64_t pt, int64_t ph, int64_t pw) {
+  TD_CHECK(tokens.device().is_cpu() && tokens.dtype() == DType::F32 && tokens.dim() == 3 && tokens.is_contiguous(),
+           Internal, "wan_unpatchify takes contiguous host f32 [B, L, features], got ", tokens.desc());
+  const int64_t B = tokens.size(0), L = tokens.size(1), F = tokens.size(2);
+  const int64_t Tp = T / pt, Hp = H / ph, Wp = W / pw, C = F / (pt * ph * pw);
+  TD_CHECK(L == Tp * Hp * Wp && F == C * pt * ph * pw, Internal, "wan_unpatchify: ", tokens.desc(),
+           " does not fit a ", T, "x", H, "x", W, " latent");
+  Tensor out = Tensor::empty({B, C, T, H, W}, DType::F32);
+  const float* src = tokens.data<float>();
+  float* dst = out.data<float>();
+  td::parallel_for(B * L, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / L, l = r % L, f = l / (Hp * Wp), h = (l / Wp) % Hp, w = l % Wp;
+      const float* row = src + r * F;
+      int64_t i = 0;
+      for (int64_t kt = 0; kt < pt; ++kt)
+        for (int64_t kh = 0; kh < ph; ++kh)
+          for (int64_t kw = 0; kw < pw; ++kw)
+            for (int64_t c = 0; c < C; ++c)
+              dst[(((b * C + c) * T + f * pt + kt) * H + h * ph + kh) * W + w * pw + kw] = row[i++];
+    }
+  });
+  return out;
+}
+
+Tensor wan_time_sinusoid(const Tensor& timestep, int64_t dim) {
+  const Tensor t = host_f32(timestep);
+  const int64_t B = t.numel(), half = dim / 2;
+  Tensor out = Tensor::empty({B, dim}, DType::F32);
+  float* o = out.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    const double tb = double(t.data<float>()[b]);
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = tb * std::pow(10000.0, -double(i) / double(half));
+      o[b * dim + i] = float(std::cos(angle));
+      o[b * dim + half + i] = float(std::sin(angle));
+    }
+  }
+  return out;
+}
+
+WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
+    : config_(ck.config), attention_(attention), has_proj_l_(ck.has_proj_l) {
+  TD_CHECK(attention == nn::AttentionKind::Original, Unsupported, "--attention ", nn::attention_kind_name(attention),
+           " is not implemented yet (SLA: issue 4, SageSLA: issue 6); --attention original runs exact attention");
+  auto& ts = ck.tensors;
+  device_ = ts.at("patch_embedding.weight").device();
+  dtype_ = ts.at("patch_embedding.weight").dtype();
+  patch_embedding_ = take_linear(ts, "patch_embedding");
+  text_embedding_0_ = take_linear(ts, "text_embedding.0");
+  text_embedding_2_ = take_linear(ts, "text_embedding.2");
+  time_embedding_0_ = take_linear(ts, "time_embedding.0");
+  time_embedding_2_ = take_linear(ts, "time_embedding.2");
+  time_projection_ = take_linear(ts, "time_projection.1");
+  head_ = take_linear(ts, "head.head");
+  head_modulation_ = take(ts, "head.modulation").view({2, config_.dim});
+  zeros_ = Tensor::zeros({config_.dim}, DType::F32, device_);
+  const float eps = config_.eps;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const std::string b = cat("blocks.", i, ".");
+    WanBlock blk;
+    blk.modulation = take(ts, b + "modulation").view({6 * config_.dim});
+    auto& sa = blk.self_attn;
+    sa.q = take_linear(ts, b + "self_attn.q");
+    sa.k = take_linear(ts, b + "self_attn.k");
+    sa.v = take_linear(ts, b + "self_attn.v");
+    sa.o = take_linear(ts, b + "self_attn.o");
+    sa.norm_q = take(ts, b + "self_attn.norm_q.weight");
+    sa.norm_k = take(ts, b + "self_attn.norm_k.weight");
+    if (ck.has_proj_l) {
+      sa.proj_l_weight = take(ts, b + "self_attn.attn_op.local_attn.proj_l.weight");
+      sa.proj_l_bias = take(ts, b + "self_attn.attn_op.local_attn.proj_l.bias");
+    }
+    sa.heads = config_.num_heads;
+    sa.eps = eps;
+    sa.kind = attention;
+    blk.norm3 = {take(ts, b + "norm3.weight"), take(ts, b + "norm3.bias"), eps};
+    auto& ca = blk.cross_attn;
+    ca.q = take_linear(ts, b + "cross_attn.q");
+    ca.k = take_linear(ts, b + "cross_attn.k");
+    ca.v = take_linear(ts, b + "cross_attn.v");
+    ca.o = take_linear(ts, b + "cross_attn.o");
+    ca.norm_q = take(ts, b + "cross_attn.norm_q.weight");
+    ca.norm_k = take(ts, b + "cross_attn.norm_k.weight");
+    ca.heads = config_.num_heads;
+    ca.eps = eps;
+    blk.ffn.fc1 = take_linear(ts, b + "ffn.0");
+    blk.ffn.fc2 = take_linear(ts, b + "ffn.2");
+    blocks_.push_back(std::move(blk));
+  }
+  TD_CHECK(ts.empty(), Internal, "Wan DiT: ", ts.size(), " loaded tensors were not used, e.g. ", ts.begin()->first);
+}
+
+void WanDiT::check_inputs(const Tensor& latent, const Tensor& timestep, const Tensor& context) const {
+  const WanConfig& c = config_;
+  TD_CHECK(latent.defined() && latent.dim() == 5, Shape, "latent must be [B, C, T, H, W], got ",
+           latent.defined() ? latent.desc() : std::string("nothing"));
+  TD_CHECK(is_float(latent.dtype()) && is_float(timestep.dtype()) && is_float(context.dtype()), DType,
+           "latent, timestep and context must be floating-point, got ", dtype_name(latent.dtype()), ", ",
+           dtype_name(timestep.dtype()), ", ", dtype_name(context.dtype()));
+  const int64_t B = latent.size(0), T = latent.size(2), H = latent.size(3), W = latent.size(4);
+  TD_CHECK(B >= 1 && T >= 1 && H >= 1 && W >= 1, Shape, "latent ", latent.desc(), " is empty");
+  TD_CHECK(latent.size(1) == c.in_dim, Shape, "latent ", latent.desc(), " has ", latent.size(1), " channels; ",
+           c.variant, " takes ", c.in_dim, c.in_dim == 36 ? " (16 noise + 4 mask + 16 image latent)" : "");
+  TD_CHECK(T % c.patch_t == 0 && H % c.patch_h == 0 && W % c.patch_w == 0, Shape, "latent ", latent.desc(),
+           ": frames, height and width must be multiples of the patch size ", c.patch_t, "x", c.patch_h, "x",
+           c.patch_w, " (height and width even), got T=", T, " H=", H, " W=", W);
+  TD_CHECK(timestep.dim() == 1 && timestep.size(0) == B, Shape, "timestep must be [B] = [", B,
+           "] (one per sample of the latent), got ", timestep.desc());
+  TD_CHECK(context.dim() == 3 && context.size(0) == B && context.size(2) == c.text_dim && context.size(1) >= 1, Shape,
+           "context must be [B, Lc, text_dim] = [", B, ", Lc >= 1, ", c.text_dim, "], got ", context.desc());
+  const Tensor t = host_f32(timestep);
+  for (int64_t b = 0; b < B; ++b)
+    TD_CHECK(std::isfinite(t.data<float>()[b]), Shape, "timestep[", b, "] is ", t.data<float>()[b],
+             "; it must be finite (Wan uses t in [0, 1000])");
+}
+
+Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tensor& context) const {
+  check_inputs(latent, timestep, context);
+  const WanConfig& c = config_;
+  const int64_t B = latent.size(0), T = latent.size(2), H = latent.size(3), W = latent.size(4), D = c.dim;
+  const ops::PatchGrid grid{T / c.patch_t, H / c.patch_h, W / c.patch_w};
+  const float eps = c.eps;
+
+  // Patch embedding straight into the fp32 residual stream.
+  const Tensor features = wan_patchify(host_f32(latent), c.patch_t, c.patch_h, c.patch_w);
+  Tensor x = patch_embedding_(to_run(features, dtype_, device_), DType::F32);  // [B, L, D]
+
+  // Time embedding and the per-sample modulation source, all fp32.
+  const Tensor sinusoid = to_run(wan_time_sinusoid(timestep, c.freq_dim), DType::F32, device_);
+  const Tensor e = time_embedding_2_(ops::silu(time_embedding_0_(sinusoid)));  // [B, D]
+  const Tensor e0 = time_projection_(ops::silu(e));                             // [B, 6D]
+
+  // Text embedding of the context as given (zero pad rows included).
+  const Tensor ctx_in = to_run(host_f32(context), dtype_, device_);
+  const Tensor ctx = text_embedding_2_(ops::gelu_tanh(text_embedding_0_(ctx_in)));  // [B, Lc, D]
+
+  const Tensor rope = ops::rope_tables(c.head_dim(), grid, device_, c.rope_theta);
+  const Tensor head_shift = ops::add(e, head_modulation_.select(0, 0));
+  const Tensor head_scale = ops::add(e, head_modulation_.select(0, 1));
+  // Rows of [B, 6, D]: 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_ffn, 4 scale_ffn, 5 gate_ffn.
+  const auto modulation = [&](const WanBlock& blk) { return ops::add(e0, blk.modulation).view({B, 6, D}); };
+
+  Tensor mod = modulation(blocks_.front());
+  Tensor h = ops::adaln_modulate(x, mod.select(1, 1), mod.select(1, 0), eps, dtype_);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const WanBlock& blk = blocks_[i];
+    Tensor y = blk.self_attn(h, grid, rope);
+    ops::ResidualNormArgs a;
+    a.eps = eps;
+    a.out_dtype = dtype_;
+    a.gate = mod.select(1, 2);
+    a.weight = blk.norm3.weight;
+    a.bias = blk.norm3.bias;
+    h = ops::residual_gate_norm(x, y, a);  // x += gate_msa * y; h = LN3(x)
+
+    y = blk.cross_attn(h, ctx);
+    a = {};
+    a.eps = eps;
+    a.out_dtype = dtype_;
+    a.shift = mod.select(1, 3);
+    a.scale = mod.select(1, 4);
+    h = ops::residual_gate_norm(x, y, a);  // x += y; h = LN2(x) * (1 + scale_ffn) + shift_ffn
+
+    y = blk.ffn(h);
+    a = {};
+    a.eps = eps;
+    a.gate = mod.select(1, 5);
+    if (i + 1 < blocks_.size()) {
+      const Tensor next = modulation(blocks_[i + 1]);
+      a.shift = next.select(1, 0);
+      a.scale = next.select(1, 1);
+      a.out_dtype = dtype_;
+      h = ops::residual_gate_norm(x, y, a);  // x += gate_ffn * y; h = next block's LN1 modulated
+      mod = next;
+    } else {
+      // The fused kernel takes gate, shift and scale with one row stride: copy the
+      // gate out of the [B, 6, D] table to match the head's [B, D] shift and scale.
+      a.gate = ops::add(mod.select(1, 5), zeros_);
+      a.shift = head_shift;
+      a.scale = head_scale;
+      a.out_dtype = DType::F32;
+      h = ops::residual_gate_norm(x, y, a);  // x += gate_ffn * y; h = the head's modulated LN, fp32
+    }
+  }
+  const Tensor out = head_(h, DType::F32);  // [B, L, out_dim * patch volume]
+  const Tensor host = out.device().is_cpu() ? out : out.to(Device::cpu());
+  const Tensor velocity = wan_unpatchify(host, T, H, W, c.patch_t, c.patch_h, c.patch_w);
+  return device_.is_cpu() ? velocity : velocity.to(device_);
+}
+
+}  // namespace td::models::wan

@@ -1,0 +1,55 @@
+#include "nn/attention.h"
+
+#include "ops/attention.h"
+#include "ops/norm.h"
+
+namespace td::nn {
+namespace {
+
+// [B, L, heads * head_dim] -> [B, L, heads, head_dim] (a view).
+Tensor split_heads(const Tensor& t, int64_t heads) {
+  return t.view({t.size(0), t.size(1), heads, t.size(2) / heads});
+}
+
+Tensor merge_heads(const Tensor& t) { return t.view({t.size(0), t.size(1), t.size(2) * t.size(3)}); }
+
+}  // namespace
+
+const char* attention_kind_name(AttentionKind k) {
+  switch (k) {
+    case AttentionKind::Original: return "original";
+    case AttentionKind::SLA: return "sla";
+    case AttentionKind::SageSLA: return "sagesla";
+  }
+  return "?";
+}
+
+std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
+  if (s == "original") return AttentionKind::Original;
+  if (s == "sla") return AttentionKind::SLA;
+  if (s == "sagesla") return AttentionKind::SageSLA;
+  return std::nullopt;
+}
+
+Tensor SelfAttention::operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const {
+  TD_CHECK(kind == AttentionKind::Original, Unsupported, "self-attention '", attention_kind_name(kind),
+           "' is not implemented yet (SLA: issue 4, SageSLA: issue 6); use --attention original");
+  TD_CHECK(x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", x.desc());
+  const Tensor qp = q(x), kp = k(x), vp = v(x);
+  const ops::QK qk = ops::qk_norm_rope(qp, kp, norm_q, norm_k, rope_tables, grid, heads, eps);
+  const Tensor a = ops::attention(qk.q, qk.k, split_heads(vp, heads));
+  return o(merge_heads(a));
+}
+
+Tensor CrossAttention::operator()(const Tensor& x, const Tensor& context) const {
+  TD_CHECK(x.dim() == 3 && context.dim() == 3 && context.size(0) == x.size(0), Shape,
+           "cross-attention: x [B, L, dim] and context [B, Lc, dim] expected, got ", x.desc(), " and ",
+           context.desc());
+  const Tensor qn = ops::rms_norm(q(x), norm_q, eps);
+  const Tensor kn = ops::rms_norm(k(context), norm_k, eps);
+  const Tensor vp = v(context);
+  const Tensor a = ops::attention(split_heads(qn, heads), split_heads(kn, heads), split_heads(vp, heads));
+  return o(merge_heads(a));
+}
+
+}  // namespace td::nn

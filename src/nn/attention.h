@@ -1,0 +1,50 @@
+// Wan's attention layers, composed from ops:
+//   SelfAttention   q/k/v projections, RMSNorm of q and k over the full model
+//                   dim fused with 3-D RoPE (ops::qk_norm_rope), softmax
+//                   attention with scale 1/sqrt(head_dim), output projection
+//   CrossAttention  q from the tokens, k/v from the embedded text context,
+//                   RMSNorm of q and k, no RoPE, no mask
+// The attention variant (original / sla / sagesla) is a switch on the
+// self-attention only: TurboDiffusion keeps cross-attention dense.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "nn/linear.h"
+#include "ops/rope.h"
+
+namespace td::nn {
+
+enum class AttentionKind { Original, SLA, SageSLA };
+const char* attention_kind_name(AttentionKind k);
+std::optional<AttentionKind> parse_attention_kind(std::string_view s);  // "original", "sla", "sagesla"
+
+struct SelfAttention {
+  Linear q, k, v, o;
+  Tensor norm_q, norm_k;  // f32 [dim]
+  // TurboDiffusion SLA checkpoints: the linear branch's projection
+  // (self_attn.attn_op.local_attn.proj_l), f32 [head_dim, head_dim] + [head_dim];
+  // undefined when the checkpoint has none. `original` does not use it.
+  Tensor proj_l_weight, proj_l_bias;
+  int64_t heads = 0;
+  float eps = 1e-6f;
+  AttentionKind kind = AttentionKind::Original;
+
+  // x: [B, L, dim] with L = grid.tokens(); rope_tables: ops::rope_tables(head_dim,
+  // grid, x's device). Returns [B, L, dim] in x's dtype.
+  Tensor operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const;
+};
+
+struct CrossAttention {
+  Linear q, k, v, o;
+  Tensor norm_q, norm_k;  // f32 [dim]
+  int64_t heads = 0;
+  float eps = 1e-6f;
+
+  // x: [B, L, dim]; context: [B, Lc, dim] (already through the text embedding).
+  // Returns [B, L, dim] in x's dtype.
+  Tensor operator()(const Tensor& x, const Tensor& context) const;
+};
+
+}  // namespace td::nn

@@ -1,0 +1,17 @@
+// Wan's feed-forward: Linear(D -> F) -> GELU(tanh) -> Linear(F -> D).
+#pragma once
+
+#include <optional>
+
+#include "nn/linear.h"
+
+namespace td::nn {
+
+struct FFN {
+  Linear fc1, fc2;
+  // x: [..., D] -> [..., D] in out_dtype (default x's dtype); the hidden
+  // activation is kept in x's dtype, as the model computes it.
+  Tensor operator()(const Tensor& x, std::optional<DType> out_dtype = {}) const;
+};
+
+}  // namespace td::nn
