@@ -137,10 +137,10 @@ Status int8_gemm_block_scaled_mma(const Int8GemmBlockScaledArgs& args, void* str
 #if TURBODIFF_HAVE_SM90 || defined(__CUDACC__)
 // Hopper kernels; present only when the build includes sm_90a
 // (TURBODIFF_HAVE_SM90), and Unsupported on any GPU other than cc 9.0.
-// The post-scale kernel is a CUTLASS 3.x warp-specialized cooperative GEMM
-// (128x256x128 tiles) with a custom epilogue visitor tree; it needs no
-// workspace. Its persistent tile order (raster along N, 8-tile M groups when
-// N >= 4096) can be overridden for benchmarking with the environment
+// The post-scale kernel is a CUTLASS 3.x warp-specialized ping-pong GEMM
+// (128x128x128 tiles) with a custom epilogue visitor tree; it needs no
+// workspace. Its persistent tile order (raster along N, 4-tile M groups when
+// the weight exceeds 16 MB) can be overridden for benchmarking with the environment
 // variables TURBODIFF_GEMM_SM90_SWIZZLE=1|2|4|8 and TURBODIFF_GEMM_SM90_RASTER=m|n
 // (read once per process). The block-scaled kernel is our own (128x128x128
 // tiles, two consumer warpgroups promoting every K block).

@@ -1,0 +1,349 @@
+// Block-scaled W8A8 GEMM for Hopper (sm_90a): TurboDiffusion's semantics (the
+// int32 partial sums of every 128-deep K block promoted to fp32 with that
+// block's activation and weight scales) on TMA + wgmma.
+//
+// CUTLASS 4.2's sm90 blockwise-scaling mainloop is FP8-only (its scale type is
+// the accumulator type, and the builder asserts FP8 inputs), so this kernel is
+// our own, written with CuTe's TMA and GMMA atoms:
+//   - 384 threads: warpgroup 0 is the producer (one thread issues TMA loads;
+//     the group gives registers away with setmaxnreg), warpgroups 1 and 2 are
+//     consumers, each owning 64 rows of the 128x128 CTA tile.
+//   - K step = 128 = one scale block, so a shared-memory stage holds exactly
+//     the operands of one promotion: per stage the consumers issue 4 wgmma
+//     m64n128k32 (the first overwrites the int32 accumulators, the rest add),
+//     wait, release the stage and promote: facc += float(acc) * sa * sw.
+//     The scales for the next K block are loaded while the wgmmas run.
+//   - 6 stages of 32 KB; persistent CTAs (one per SM) walk the tiles in
+//     groups of 8 M-tiles, so the producer prefetches the next tile's stages
+//     while the consumers run the epilogue.
+//   - Epilogue from registers: bias, GELU-tanh, gated residual in fp32; pairs
+//     of adjacent columns stored as bf16x2.
+// Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
+// the epilogue stores only rows < M, columns < N.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cutlass.h"
+#include "kernels/gemm/int8_gemm.h"
+
+namespace td::kernels {
+namespace {
+
+using namespace cute;
+
+constexpr int kBM = 128, kBN = 128, kBK = 128, kStages = 6;
+constexpr int kThreads = 384;
+constexpr int kConsumerWarps = 8;
+constexpr uint32_t kStageTxBytes = (kBM + kBN) * kBK;  // int8: bytes = elements
+
+using SmemAtom = GMMA::Layout_K_SW128_Atom<int8_t>;  // 8 rows x 128 bytes, 128-byte swizzle
+using SmemLayoutA = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBM>{}, Int<kBK>{}, Int<kStages>{})));
+using SmemLayoutB = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBN>{}, Int<kBK>{}, Int<kStages>{})));
+// Two warpgroups stacked along M: 128 x 128 per K step of 32.
+using TiledMma = decltype(make_tiled_mma(SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN{}, Layout<Shape<_2, _1, _1>>{}));
+
+struct SharedStorage {
+  alignas(1024) int8_t a[cosize_v<SmemLayoutA>];
+  alignas(1024) int8_t b[cosize_v<SmemLayoutB>];
+  alignas(8) uint64_t full[kStages];   // TMA bytes landed
+  alignas(8) uint64_t empty[kStages];  // consumers done reading
+};
+
+// The global tensors the TMA descriptors are built from: [rows, K] int8 with a
+// runtime row stride.
+using GmemLayout = Layout<Shape<int, int>, Stride<int64_t, _1>>;
+using TmaType = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                       make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
+                                       SmemLayoutA{}(_, _, 0)));
+
+struct KernelParams {
+  int M, N, K;
+  int tiles_m, tiles_n, ktiles;
+  const float* a_scale;
+  int64_t ld_a_scale;
+  int a_scale_block;  // 0: 1x128 groups [kb * ld + m]; 1: 128x128 blocks [(m/128) * ld + kb]
+  const float* w_scale;
+  int64_t ld_w_scale;
+  __nv_bfloat16* out;
+  int64_t ldo;
+  const float* bias;
+  const __nv_bfloat16* residual;
+  int64_t ld_residual;
+  const float* gate;
+  int64_t ld_gate;
+  int rows_per_batch;
+  int gelu;
+};
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  // 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): the same function without the
+  // cancellation in 1 + tanh(u) for u << 0 (tiny outputs keep their accuracy)
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  // ex2.approx and a fast divide: ~1e-6 relative, far below bf16's 4e-3
+  return __fdividef(x, 1.f + __expf(-2.f * u));
+}
+
+// Tile index -> (tile_m, tile_n), 8 M-tiles per sweep over N.
+__device__ __forceinline__ void tile_coords(const KernelParams& p, int tile, int& tile_m, int& tile_n) {
+  constexpr int kGroup = 8;
+  const int per_group = kGroup * p.tiles_n;
+  const int group = tile / per_group;
+  const int first_m = group * kGroup;
+  const int rows = min(p.tiles_m - first_m, kGroup);
+  const int idx = tile - group * per_group;
+  tile_m = first_m + idx % rows;
+  tile_n = idx / rows;
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaType tma_a,
+                                       const __grid_constant__ TmaType tma_b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int num_tiles = p.tiles_m * p.tiles_n;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.empty[s], kConsumerWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if (warp == 0 && lane == 0) {
+    cute::prefetch_tma_descriptor(tma_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(tma_b.get_tma_descriptor());
+  }
+  __syncthreads();
+
+  Tensor sA = make_tensor(make_smem_ptr(smem.a), SmemLayoutA{});  // (BM, BK, stages)
+  Tensor sB = make_tensor(make_smem_ptr(smem.b), SmemLayoutB{});  // (BN, BK, stages)
+
+  if (warp_group == 0) {
+    // ---------------- producer ----------------
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (warp == 0 && cute::elect_one_sync()) {
+      Tensor mA = tma_a.get_tma_tensor(make_shape(p.M, p.K));
+      Tensor mB = tma_b.get_tma_tensor(make_shape(p.N, p.K));
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        int tile_m, tile_n;
+        tile_coords(p, tile, tile_m, tile_n);
+        Tensor gA = local_tile(mA, make_shape(Int<kBM>{}, Int<kBK>{}), make_coord(tile_m, _));  // (BM, BK, k)
+        Tensor gB = local_tile(mB, make_shape(Int<kBN>{}, Int<kBK>{}), make_coord(tile_n, _));
+        auto [tAgA, tAsA] = tma_partition(tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+        auto [tBgB, tBsB] = tma_partition(tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+        for (int kt = 0; kt < p.ktiles; ++kt) {
+          // a fresh barrier's "previous phase" counts as complete: the first
+          // pass over the stages does not wait
+          cutlass::arch::ClusterBarrier::wait(&smem.empty[stage], phase ^ 1);
+          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.full[stage], kStageTxBytes);
+          copy(tma_a.with(smem.full[stage]), tAgA(_, kt), tAsA(_, stage));
+          copy(tma_b.with(smem.full[stage]), tBgB(_, kt), tBsB(_, stage));
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    cutlass::arch::warpgroup_reg_alloc<232>();
+    const int ctid = threadIdx.x - 128;  // 0..255 over the two consumer warpgroups
+    TiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(ctid);
+    Tensor tCsA = thr_mma.partition_A(sA);  // (MMA, MMA_M, MMA_K, stages)
+    Tensor tCsB = thr_mma.partition_B(sB);
+    Tensor tCrA = thr_mma.make_fragment_A(tCsA);  // smem descriptors
+    Tensor tCrB = thr_mma.make_fragment_B(tCsB);
+    Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<kBM>{}, Int<kBN>{}));  // int32
+    Tensor facc = make_tensor<float>(acc.layout());
+    // (row, col) within the tile of each accumulator element of this thread
+    Tensor tCcC = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{})));
+    // This thread's two rows: r_lo (bit 3 clear) and r_lo + 8, as in every
+    // m64nNk32 accumulator fragment.
+    const int r_lo = int(get<0>(tCcC(0))) & ~8;
+
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      int tile_m, tile_n;
+      tile_coords(p, tile, tile_m, tile_n);
+      const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+      const int m_lo = m0 + r_lo, m_hi = m_lo + 8;
+      const float* sw_col = p.w_scale + int64_t(tile_n) * p.ld_w_scale;  // n0 / 128 == tile_n
+      auto load_scales = [&](int kb, float& s_lo, float& s_hi) {
+        const float sw = __ldg(sw_col + kb);
+        if (p.a_scale_block) {
+          const float sa = __ldg(p.a_scale + int64_t(tile_m) * p.ld_a_scale + kb);
+          s_lo = s_hi = sa * sw;
+        } else {
+          const float* col = p.a_scale + int64_t(kb) * p.ld_a_scale;
+          s_lo = m_lo < p.M ? __ldg(col + m_lo) * sw : 0.f;
+          s_hi = m_hi < p.M ? __ldg(col + m_hi) * sw : 0.f;
+        }
+      };
+      float s_lo, s_hi;
+      load_scales(0, s_lo, s_hi);
+      CUTE_UNROLL
+      for (int i = 0; i < size(facc); ++i) facc(i) = 0.f;
+
+      for (int kt = 0; kt < p.ktiles; ++kt) {
+        cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[stage], phase);
+        warpgroup_fence_operand(acc);
+        warpgroup_arrive();
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int kk = 0; kk < size<2>(tCrA); ++kk) {
+          cute::gemm(tiled_mma, tCrA(_, _, kk, stage), tCrB(_, _, kk, stage), acc);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        float next_lo = 0.f, next_hi = 0.f;
+        if (kt + 1 < p.ktiles) load_scales(kt + 1, next_lo, next_hi);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc);
+        __syncwarp();
+        if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.empty[stage]);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc); ++i) {
+          const float s = (int(get<0>(tCcC(i))) & 8) ? s_hi : s_lo;
+          facc(i) += float(acc(i)) * s;
+        }
+        s_lo = next_lo;
+        s_hi = next_hi;
+      }
+
+      // ---- epilogue: pairs of adjacent columns (i, i + 1) ----
+      CUTE_UNROLL
+      for (int i = 0; i < size(facc); i += 2) {
+        const int m = m0 + int(get<0>(tCcC(i)));
+        const int n = n0 + int(get<1>(tCcC(i)));
+        if (m >= p.M || n >= p.N) continue;  // N % 8 == 0 and n even: n + 1 < N
+        float y0 = facc(i), y1 = facc(i + 1);
+        if (p.bias) {
+          const float2 b = __ldg(reinterpret_cast<const float2*>(p.bias + n));
+          y0 += b.x;
+          y1 += b.y;
+        }
+        if (p.gelu) {
+          y0 = gelu_tanh(y0);
+          y1 = gelu_tanh(y1);
+        }
+        if (p.residual) {
+          const float2 r = __bfloat1622float2(
+              *reinterpret_cast<const __nv_bfloat162*>(p.residual + int64_t(m) * p.ld_residual + n));
+          float2 gt = make_float2(1.f, 1.f);
+          if (p.gate)
+            gt = __ldg(reinterpret_cast<const float2*>(p.gate + int64_t(m / p.rows_per_batch) * p.ld_gate + n));
+          y0 = r.x + gt.x * y0;
+          y1 = r.y + gt.y * y1;
+        }
+        *reinterpret_cast<__nv_bfloat162*>(p.out + int64_t(m) * p.ldo + n) = __floats2bfloat162_rn(y0, y1);
+      }
+    }
+  }
+#endif
+}
+
+struct DeviceFacts {
+  int sm_count = 0, cc = 0;
+  bool configured = false;
+};
+
+DeviceFacts* device_facts(int device) {
+  static DeviceFacts facts[64];
+  if (device < 0 || device >= 64) return nullptr;
+  DeviceFacts& f = facts[device];
+  if (f.sm_count == 0) {
+    int major = 0, minor = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return nullptr;
+    f.sm_count = sms;
+    f.cc = major * 10 + minor;
+  }
+  return &f;
+}
+
+}  // namespace
+
+Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream) {
+  if (Status s = int8_gemm_block_scaled_check(args); s != Status::Ok) return s;
+  const Int8GemmOperands& op = args.op;
+  if (op.M == 0 || op.N == 0) return Status::Ok;
+  if (int8_gemm_cuda_supported(op, args.a_scale, args.w_scale) != Status::Ok) return Status::Unsupported;
+  if (op.M > (int64_t(1) << 31) - kBM || op.N > (int64_t(1) << 31) - kBN ||
+      op.epilogue.rows_per_batch >= (int64_t(1) << 31))
+    return Status::Unsupported;
+
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return Status::LaunchFailed;
+  static std::mutex mu;
+  int sm_count = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    DeviceFacts* f = device_facts(device);
+    if (!f) return Status::LaunchFailed;
+    if (f->cc != 90) return Status::Unsupported;
+    if (!f->configured) {
+      if (cudaFuncSetAttribute(int8_gemm_block_scaled_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(sizeof(SharedStorage))) != cudaSuccess)
+        return Status::LaunchFailed;
+      f->configured = true;
+    }
+    sm_count = f->sm_count;
+  }
+
+  KernelParams p{};
+  p.M = int(op.M);
+  p.N = int(op.N);
+  p.K = int(op.K);
+  p.tiles_m = (p.M + kBM - 1) / kBM;
+  p.tiles_n = (p.N + kBN - 1) / kBN;
+  p.ktiles = (p.K + kBK - 1) / kBK;
+  p.a_scale = args.a_scale;
+  p.ld_a_scale = args.ld_a_scale;
+  p.a_scale_block = args.a_scale_kind == ActScale::Block128 ? 1 : 0;
+  p.w_scale = args.w_scale;
+  p.ld_w_scale = args.ld_w_scale;
+  p.out = static_cast<__nv_bfloat16*>(op.out);
+  p.ldo = op.ldo;
+  const Int8GemmEpilogue& e = op.epilogue;
+  p.bias = e.bias;
+  p.residual = reinterpret_cast<const __nv_bfloat16*>(e.residual);
+  p.ld_residual = e.ld_residual;
+  p.gate = e.gate;
+  p.ld_gate = e.ld_gate;
+  p.rows_per_batch = e.gate ? int(e.rows_per_batch) : 1;
+  p.gelu = e.activation == GemmActivation::GeluTanh ? 1 : 0;
+
+  const GmemLayout layout_a = make_layout(make_shape(p.M, p.K), make_stride(op.lda, _1{}));
+  const GmemLayout layout_b = make_layout(make_shape(p.N, p.K), make_stride(op.ldw, _1{}));
+  const TmaType tma_a = make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.a), layout_a), SmemLayoutA{}(_, _, 0));
+  const TmaType tma_b = make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.w), layout_b), SmemLayoutB{}(_, _, 0));
+
+  const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
+  const int grid = int(tiles < sm_count ? tiles : sm_count);
+  int8_gemm_block_scaled_sm90_kernel<<<grid, kThreads, sizeof(SharedStorage), static_cast<cudaStream_t>(stream)>>>(
+      p, tma_a, tma_b);
+  return cudaPeekAtLastError() == cudaSuccess ? Status::Ok : Status::LaunchFailed;
+}
+
+}  // namespace td::kernels
