@@ -25,7 +25,7 @@
 // the reference by a few ulp and a code can differ by +-1 where y*inv lies
 // that close to a rounding boundary; scales agree to ~1e-6 relative.
 //
-// CUDA requirements: dim a multiple of 8 and at most 65536; ld_x, ld_q,
+// CUDA requirements: dim a multiple of 8 and at most 32768; ld_x, ld_q,
 // ld_mod multiples of 8; x, mod_shift, mod_scale 16-byte and q 8-byte
 // aligned. Otherwise Status::InvalidArgument (the CPU references take any dim).
 #pragma once

@@ -16,7 +16,7 @@
 // from fp64) and round once at the output, which is at least as accurate as
 // either. Outputs must not overlap the inputs.
 //
-// CUDA requirements: dim a multiple of 8 and at most 65536, head_dim a
+// CUDA requirements: dim a multiple of 8 and at most 32768, head_dim a
 // multiple of 8, ld_in multiples of 8, in/out/weights/tables 16-byte aligned;
 // otherwise Status::InvalidArgument. The CPU reference takes any even head_dim.
 #pragma once
