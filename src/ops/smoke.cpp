@@ -3,6 +3,13 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/cuda_runtime.h"
+#include "kernels/attention/attention.h"
+#include "kernels/quant/quant_block128.h"
+#include "kernels/quant/quant_token128.h"
+#include "kernels/rope/qk_norm_rope.h"
+#include "kernels/rope/rope_tables.h"
+#include "ops/common.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 
@@ -87,5 +94,137 @@ Results elementwise_family(int device) {
   out.push_back({"add_vector", guarded([&] { return compare(add(x.to(gpu), v.to(gpu)), add(x, v), bar); })});
   return out;
 }
+
+
+#if TURBODIFF_HAVE_CUDA
+namespace {
+
+// Codes may differ by one step at exact .5 ties (fp32 division rounding); the
+// scales must agree to fp32 rounding.
+SmokeResult compare_codes(const Tensor& q_got, const Tensor& q_ref, const Tensor& s_got, const Tensor& s_ref) {
+  const auto qg = q_got.to(Device::cpu()), sg = s_got.to(Device::cpu());
+  const auto* a = qg.data<int8_t>();
+  const auto* b = q_ref.data<int8_t>();
+  int64_t off_by_one = 0, worse = 0;
+  for (int64_t i = 0; i < qg.numel(); ++i) {
+    const int d = std::abs(int(a[i]) - int(b[i]));
+    off_by_one += d == 1;
+    worse += d > 1;
+  }
+  double max_rel = 0;
+  for (int64_t i = 0; i < sg.numel(); ++i) {
+    const double r = s_ref.item_f64(i), g = sg.item_f64(i);
+    max_rel = std::max(max_rel, std::fabs(g - r) / std::max(std::fabs(r), 1e-30));
+  }
+  std::ostringstream os;
+  os << off_by_one << " codes off by one, " << worse << " further, scale rel err " << max_rel;
+  return {worse == 0 && off_by_one * 1000 <= qg.numel() && max_rel <= 1e-6, os.str()};
+}
+
+}  // namespace
+
+Results quant_family(int device) {
+  const Device gpu = Device::cuda(device);
+  const int64_t rows = 37, cols = 384;
+  Tensor x = host_randn({rows, cols}, DType::BF16, 21);
+  Tensor xg = x.to(gpu);
+  Results out;
+  out.push_back({"quantize_block128", guarded([&] {
+    const int64_t sr = (rows + 127) / 128, sc = cols / 128;
+    Tensor q = Tensor::empty({rows, cols}, DType::I8), s = Tensor::empty({sr, sc}, DType::F32);
+    check_status(kernels::quantize_block128_cpu(kernels::ElemType::BF16, x.raw_data(), rows, cols, cols,
+                                                q.data<int8_t>(), cols, s.data<float>()), "quantize_block128", "cpu");
+    Tensor qg = Tensor::empty({rows, cols}, DType::I8, gpu), sg = Tensor::empty({sr, sc}, DType::F32, gpu);
+    check_status(kernels::quantize_block128_cuda(kernels::ElemType::BF16, xg.raw_data(), rows, cols, cols,
+                                                 qg.data<int8_t>(), cols, sg.data<float>(), cuda::current_stream()),
+                 "quantize_block128", "cuda");
+    return compare_codes(qg, q, sg, s);
+  })});
+  out.push_back({"quantize_token128", guarded([&] {
+    const int64_t groups = cols / 128;
+    Tensor q = Tensor::empty({rows, cols}, DType::I8), s = Tensor::empty({groups, rows}, DType::F32);
+    check_status(kernels::quantize_token128_cpu(kernels::ElemType::BF16, x.raw_data(), rows, cols, cols,
+                                                q.data<int8_t>(), cols, s.data<float>(), rows), "quantize_token128", "cpu");
+    Tensor qg = Tensor::empty({rows, cols}, DType::I8, gpu), sg = Tensor::empty({groups, rows}, DType::F32, gpu);
+    check_status(kernels::quantize_token128_cuda(kernels::ElemType::BF16, xg.raw_data(), rows, cols, cols,
+                                                 qg.data<int8_t>(), cols, sg.data<float>(), rows, cuda::current_stream()),
+                 "quantize_token128", "cuda");
+    return compare_codes(qg, q, sg, s);
+  })});
+  return out;
+}
+
+Results rope_family(int device) {
+  const Device gpu = Device::cuda(device);
+  const int64_t F = 2, H = 3, W = 5, L = F * H * W;
+  const int heads = 2, hd = 64, D = heads * hd;
+  Results out;
+  out.push_back({"qk_norm_rope", guarded([&] {
+    Tensor q = host_randn({1, L, D}, DType::BF16, 31), k = host_randn({1, L, D}, DType::BF16, 32);
+    Tensor wq = host_randn({D}, DType::F32, 33, 0.1f, 1.f), wk = host_randn({D}, DType::F32, 34, 0.1f, 1.f);
+    const auto layout = kernels::rope_table_layout(hd, F, H, W);
+    Tensor tables = Tensor::empty({layout.total}, DType::F32);
+    check_status(kernels::rope_tables_cpu(hd, F, H, W, 10000.0, tables.data<float>()), "rope_tables", "cpu");
+    Tensor qo = Tensor::empty({1, L, D}, DType::BF16), ko = Tensor::empty({1, L, D}, DType::BF16);
+    check_status(kernels::qk_norm_rope_cpu(kernels::ElemType::BF16, q.raw_data(), D, k.raw_data(), D,
+                                           wq.data<float>(), wk.data<float>(), 1, F, H, W, heads, hd, 1e-6f,
+                                           tables.data<float>(), kernels::RopeOutLayout::BLHD, kernels::ElemType::BF16,
+                                           qo.raw_data(), ko.raw_data()), "qk_norm_rope", "cpu");
+    Tensor qg = q.to(gpu), kg = k.to(gpu), wqg = wq.to(gpu), wkg = wk.to(gpu), tg = tables.to(gpu);
+    Tensor qog = Tensor::empty({1, L, D}, DType::BF16, gpu), kog = Tensor::empty({1, L, D}, DType::BF16, gpu);
+    check_status(kernels::qk_norm_rope_cuda(kernels::ElemType::BF16, qg.raw_data(), D, kg.raw_data(), D,
+                                            wqg.data<float>(), wkg.data<float>(), 1, F, H, W, heads, hd, 1e-6f,
+                                            tg.data<float>(), kernels::RopeOutLayout::BLHD, kernels::ElemType::BF16,
+                                            qog.raw_data(), kog.raw_data(), cuda::current_stream()),
+                 "qk_norm_rope", "cuda");
+    SmokeResult rq = compare(qog, qo, 1e-2), rk = compare(kog, ko, 1e-2);
+    return SmokeResult{rq.ok && rk.ok, "q " + rq.detail + "; k " + rk.detail};
+  })});
+  return out;
+}
+
+Results attention_family(int device) {
+  const Device gpu = Device::cuda(device);
+  const int64_t B = 1, Hh = 2, Lq = 77, Lk = 65, D = 64;
+  const auto p = kernels::AttnProblem::make(kernels::AttnLayout::BLHD, B, Hh, Lq, Lk, D);
+  Tensor q = host_randn({B, Lq, Hh, D}, DType::BF16, 41), k = host_randn({B, Lk, Hh, D}, DType::BF16, 42),
+         v = host_randn({B, Lk, Hh, D}, DType::BF16, 43);
+  Tensor ref = Tensor::empty({B, Lq, Hh, D}, DType::BF16);
+  Results out;
+  const kernels::Status sref = kernels::attention_cpu(p, q.raw_data(), k.raw_data(), v.raw_data(), ref.raw_data(), nullptr);
+  if (sref != kernels::Status::Ok) {
+    out.push_back({"cpu_reference", {false, kernels::attention_last_error()}});
+    return out;
+  }
+  Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu);
+  out.push_back({"flash", guarded([&] {
+    Tensor o = Tensor::empty({B, Lq, Hh, D}, DType::BF16, gpu);
+    const auto s = kernels::attention_flash_cuda(p, qg.raw_data(), kg.raw_data(), vg.raw_data(), o.raw_data(), nullptr,
+                                                 cuda::current_stream());
+    if (s != kernels::Status::Ok) return SmokeResult{false, kernels::attention_last_error()};
+    return compare(o, ref, 1e-2);
+  })});
+#if TURBODIFF_HAVE_CUDNN
+  out.push_back({"cudnn", guarded([&] {
+    size_t ws = 0;
+    auto s = kernels::attention_cudnn_workspace_size(p, false, &ws);
+    if (s != kernels::Status::Ok) return SmokeResult{false, kernels::attention_last_error()};
+    Tensor w = Tensor::empty({int64_t(ws)}, DType::U8, gpu);
+    Tensor o = Tensor::empty({B, Lq, Hh, D}, DType::BF16, gpu);
+    s = kernels::attention_cudnn(p, qg.raw_data(), kg.raw_data(), vg.raw_data(), o.raw_data(), nullptr,
+                                 ws ? w.raw_data() : nullptr, ws, cuda::current_stream());
+    if (s != kernels::Status::Ok) return SmokeResult{false, kernels::attention_last_error()};
+    return compare(o, ref, 1e-2);
+  })});
+#endif
+  return out;
+}
+
+#else
+// Without CUDA there is nothing to smoke-test: doctor lists no GPU.
+Results quant_family(int) { return {}; }
+Results rope_family(int) { return {}; }
+Results attention_family(int) { return {}; }
+#endif
 
 }  // namespace td::ops::smoke

@@ -29,5 +29,8 @@ SmokeResult guarded(F&& fn) {
 
 Results norm_family(int device);
 Results elementwise_family(int device);
+Results quant_family(int device);
+Results rope_family(int device);
+Results attention_family(int device);
 
 }  // namespace td::ops::smoke
