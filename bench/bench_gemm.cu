@@ -70,6 +70,25 @@ using td::kernels::Status;
     }                                                                                      \
   } while (0)
 
+// The Hopper kernels exist only in builds with sm_90a (TURBODIFF_HAVE_SM90);
+// main() runs them only on a cc 9.0 GPU of such a build.
+Status post_scale_sm90(const td::kernels::Int8GemmPostScaleArgs& args, cudaStream_t stream) {
+#if TURBODIFF_HAVE_SM90
+  return td::kernels::int8_gemm_post_scale_sm90(args, stream);
+#else
+  (void)args, (void)stream;
+  return Status::Unsupported;
+#endif
+}
+Status block_scaled_sm90(const td::kernels::Int8GemmBlockScaledArgs& args, cudaStream_t stream) {
+#if TURBODIFF_HAVE_SM90
+  return td::kernels::int8_gemm_block_scaled_sm90(args, stream);
+#else
+  (void)args, (void)stream;
+  return Status::Unsupported;
+#endif
+}
+
 void require_ok(Status s, const char* what) {
   if (s != Status::Ok) {
     std::fprintf(stderr, "bench_gemm: %s returned '%s'\n", what, td::kernels::status_str(s));
@@ -241,38 +260,38 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
   const auto BF = ElemType::BF16;
 
   if (sm90) {
-    record("post_scale_sm90", [&](int i) { require_ok(td::kernels::int8_gemm_post_scale_sm90(post(S(i)), stream), "post_scale_sm90"); });
+    record("post_scale_sm90", [&](int i) { require_ok(post_scale_sm90(post(S(i)), stream), "post_scale_sm90"); });
     record("post_scale_sm90_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_per_row_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
                                                     static_cast<float*>(t.sa_tok), stream),
                  "quantize_per_row_cuda");
-      require_ok(td::kernels::int8_gemm_post_scale_sm90(post(t), stream), "post_scale_sm90");
+      require_ok(post_scale_sm90(post(t), stream), "post_scale_sm90");
     });
     record("post_scale_sm90_epilogue", [&](int i) {
       auto a = post(S(i));
       with_epilogue(a.op);
-      require_ok(td::kernels::int8_gemm_post_scale_sm90(a, stream), "post_scale_sm90 epilogue");
+      require_ok(post_scale_sm90(a, stream), "post_scale_sm90 epilogue");
     });
     record("block_scaled_sm90_token128", [&](int i) {
-      require_ok(td::kernels::int8_gemm_block_scaled_sm90(block(S(i), true), stream), "block_scaled_sm90");
+      require_ok(block_scaled_sm90(block(S(i), true), stream), "block_scaled_sm90");
     });
     record("block_scaled_sm90_token128_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_token128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
                                                      static_cast<float*>(t.sa_t128), M, stream),
                  "quantize_token128_cuda");
-      require_ok(td::kernels::int8_gemm_block_scaled_sm90(block(t, true), stream), "block_scaled_sm90");
+      require_ok(block_scaled_sm90(block(t, true), stream), "block_scaled_sm90");
     });
     record("block_scaled_sm90_block128", [&](int i) {
-      require_ok(td::kernels::int8_gemm_block_scaled_sm90(block(S(i), false), stream), "block_scaled_sm90");
+      require_ok(block_scaled_sm90(block(S(i), false), stream), "block_scaled_sm90");
     });
     record("block_scaled_sm90_block128_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_block128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
                                                      static_cast<float*>(t.sa_b128), stream),
                  "quantize_block128_cuda");
-      require_ok(td::kernels::int8_gemm_block_scaled_sm90(block(t, false), stream), "block_scaled_sm90");
+      require_ok(block_scaled_sm90(block(t, false), stream), "block_scaled_sm90");
     });
   }
   record("post_scale_mma", [&](int i) { require_ok(td::kernels::int8_gemm_post_scale_mma(post(S(i)), stream), "post_scale_mma"); });
@@ -362,7 +381,7 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     require_ok(td::kernels::quantize_per_row_cuda(BF, w, N, K, K, w8, K, sw, stream), "quantize_per_row_cuda");
     td::kernels::Int8GemmPostScaleArgs args;
     args.op = op, args.a_scale = sa, args.w_scale = sw;
-    require_ok(td::kernels::int8_gemm_post_scale_sm90(args, stream), "post_scale_sm90");
+    require_ok(post_scale_sm90(args, stream), "post_scale_sm90");
     put("post_scale_per_token_per_channel");
   }
   require_ok(td::kernels::quantize_block128_cuda(BF, w, N, K, K, w8, K, sw, stream), "quantize_block128_cuda");
@@ -371,7 +390,7 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     td::kernels::Int8GemmBlockScaledArgs args;
     args.op = op, args.a_scale = sa, args.a_scale_kind = td::kernels::ActScale::Token128, args.ld_a_scale = M;
     args.w_scale = sw, args.ld_w_scale = kb;
-    require_ok(td::kernels::int8_gemm_block_scaled_sm90(args, stream), "block_scaled_sm90");
+    require_ok(block_scaled_sm90(args, stream), "block_scaled_sm90");
     put("block_scaled_token128");
   }
   {  // TurboDiffusion's format: 128x128 blocks on both
@@ -379,7 +398,7 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     td::kernels::Int8GemmBlockScaledArgs args;
     args.op = op, args.a_scale = sa, args.a_scale_kind = td::kernels::ActScale::Block128, args.ld_a_scale = kb;
     args.w_scale = sw, args.ld_w_scale = kb;
-    require_ok(td::kernels::int8_gemm_block_scaled_sm90(args, stream), "block_scaled_sm90");
+    require_ok(block_scaled_sm90(args, stream), "block_scaled_sm90");
     put("block_scaled_block128_turbodiffusion");
   }
   for (void* p : {x, w, static_cast<void*>(ref), out, static_cast<void*>(a8), static_cast<void*>(w8),
@@ -417,7 +436,11 @@ int main(int argc, char** argv) {
   TD_BENCH_CUDA(cudaGetDevice(&dev));
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+#if TURBODIFF_HAVE_SM90
   const bool sm90 = major == 9 && minor == 0;
+#else
+  const bool sm90 = false;  // this build has no sm_90a kernels
+#endif
 
   const Shape large[] = {{"1.3B_qkv", 32760, 1536, 1536, "gated"},   {"1.3B_ffn1", 32760, 1536, 8960, "gelu"},
                          {"1.3B_ffn2", 32760, 8960, 1536, "gated"},  {"14B_qkv", 75600, 5120, 5120, "gated"},
