@@ -2,8 +2,9 @@
 // adaln_modulate_cpu.cpp): LN without affine, then * (1 + scale[b]) + shift[b].
 //
 // Design (shared row engine, norm_rows.cuh): as layer_norm, with the
-// per-sample scale/shift row (b = row / rows_per_batch, one 64-bit division
-// per thread) read as fp32 through the read-only cache; all rows of a sample
+// per-sample scale/shift row (b = row / rows_per_batch: skipped for a single
+// sample, else a 32-bit division after the row's loads are issued; a 64-bit
+// one up front measured 5% slower) read as fp32 through the read-only cache; all rows of a sample
 // share it, so it costs L1/L2 traffic, not HBM. One pass: read x once with
 // 16-byte loads into registers, two-pass statistics on the registers, one
 // 16-byte store per chunk. Replaces PyTorch's eager fp32 sequence (upcast,
@@ -13,6 +14,7 @@
 // Predicted at 4.0 TB/s:
 //   32760 x 1536: 201.3 MB -> 50.3 us   (PyTorch eager fp32 648 us: 12.9x)
 //   75600 x 5120: 1548.3 MB -> 387.1 us (PyTorch eager fp32 4883 us: 12.6x)
+// Measured (H200, bench_norm, one run): 59.3 us = 85% of copy bandwidth; 426 us = 86%.
 #include "kernels/norm/adaln_modulate.h"
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"

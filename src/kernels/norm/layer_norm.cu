@@ -12,6 +12,7 @@
 // Predicted at 4.0 TB/s:
 //   32760 x 1536: 201.3 MB -> 50.3 us   (PyTorch 122 us, TurboDiffusion Triton 148 us)
 //   75600 x 5120: 1548.3 MB -> 387.1 us (PyTorch 525 us, TurboDiffusion Triton 687 us)
+// Measured (H200, bench_norm, one run): 58.0 us = 87% of copy bandwidth; 408 us = 89%.
 #include "kernels/norm/layer_norm.h"
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"

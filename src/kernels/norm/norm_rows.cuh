@@ -41,154 +41,189 @@ struct NormRowsArgs {
   float eps = 0.f;
 };
 
+// One row's work, split so that a thread can issue the loads of its next row
+// before it finishes the current one: load() issues every global load of the
+// row (x, and y in residual mode) into registers, finish() does the rest.
 template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, int kChunk, int kVPT>
-__global__ void __launch_bounds__(kMaxRowThreads) norm_rows_kernel(const NormRowsArgs a) {
+struct NormRowOps {
   using XIO = ChunkIO<XT, kChunk>;
   using YIO = ChunkIO<YT, kChunk>;
   using OIO = ChunkIO<OutT, kChunk>;
-  __shared__ float partials[2][32];
-
-  const int tpr = int(blockDim.x);
-  const int lane = int(threadIdx.x);
-  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool row_ok = row < a.rows;
-  const int64_t r = row_ok ? row : 0;  // keeps every address in bounds; loads/stores stay predicated on row_ok
-  const int nchunks = a.dim / kChunk;
-  const bool per_sample = a.gate != nullptr || a.scale != nullptr || a.shift != nullptr;
-  const int64_t mod_off = per_sample ? (r / a.rows_per_batch) * a.mod_stride : 0;
-
-  // Chunks k < nvalid of this thread are inside the row (one integer rather
-  // than kVPT predicates, which would overflow the 7 predicate registers).
-  const int nvalid = row_ok ? min(kVPT, (nchunks - lane + tpr - 1) / tpr) : 0;
 
   // The row stays in registers in its storage type (packed 16-bit pairs for
   // bf16/fp16: half the registers of fp32 values) and is unpacked to fp32 in
   // each pass; unpacking is a shift or a cvt per element, far below the
   // arithmetic a memory-bound row can afford.
-  typename XIO::Raw xr[kVPT];
-  if constexpr (kResidual) {
-    const XT* x = static_cast<const XT*>(a.x) + r * a.x_stride;
-    const YT* y = static_cast<const YT*>(a.y) + r * a.y_stride;
-    XT* x_out = static_cast<XT*>(a.x_out) + r * a.x_out_stride;
-    typename YIO::Raw yr[kVPT];
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k) {
-      const int c = (lane + k * tpr) * kChunk;
-      if (k < nvalid) {
-        xr[k] = XIO::load(x + c);
-        yr[k] = YIO::load(y + c);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k) {
-      const int c = (lane + k * tpr) * kChunk;
-      if (k < nvalid) {
-        float xf[kChunk], yf[kChunk];
-        XIO::unpack(xr[k], xf);
-        YIO::unpack(yr[k], yf);
-        if (a.gate) {
-          float g[kChunk];
-          load_params<kChunk>(a.gate + mod_off + c, g);
-          // product rounded, then the sum: bit-identical to the eager x + gate * y
-#pragma unroll
-          for (int j = 0; j < kChunk; ++j) xf[j] = __fadd_rn(xf[j], __fmul_rn(g[j], yf[j]));
-        } else {
-#pragma unroll
-          for (int j = 0; j < kChunk; ++j) xf[j] = __fadd_rn(xf[j], yf[j]);
-        }
-        xr[k] = XIO::pack(xf);  // the norm sees the residual as stored
-        XIO::store(x_out + c, xr[k]);
-      }
-    }
-  } else {
-    const XT* x = static_cast<const XT*>(a.x) + r * a.x_stride;
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k)
-      if (k < nvalid) xr[k] = XIO::load(x + (lane + k * tpr) * kChunk);
+  struct Loaded {
+    typename XIO::Raw x[kVPT];
+    typename YIO::Raw y[kResidual ? kVPT : 1];
+  };
+
+  // How many of this thread's kVPT chunks lie inside row `row` (0 past the
+  // last row): one integer rather than kVPT predicates, which would overflow
+  // the 7 predicate registers.
+  __device__ __forceinline__ static int valid_chunks(const NormRowsArgs& a, int64_t row) {
+    const int tpr = int(blockDim.x);
+    return row < a.rows ? min(kVPT, (a.dim / kChunk - int(threadIdx.x) + tpr - 1) / tpr) : 0;
   }
 
-  // Statistics over the valid chunks only, in fp32.
-  const float n = float(a.dim);
-  float mean = 0.f;
-  float rstd;
-  if constexpr (kKind == NormKind::Layer) {
-    float s = 0.f;
+  __device__ __forceinline__ static void load(const NormRowsArgs& a, int64_t row, int nvalid, Loaded& l) {
+    const int tpr = int(blockDim.x), lane = int(threadIdx.x);
+    const int64_t r = nvalid > 0 ? row : 0;  // every address in bounds; the loads are predicated anyway
+    const XT* x = static_cast<const XT*>(a.x) + r * a.x_stride;
 #pragma unroll
-    for (int k = 0; k < kVPT; ++k)
+    for (int k = 0; k < kVPT; ++k) {
       if (k < nvalid) {
-        float f[kChunk];
-        XIO::unpack(xr[k], f);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) s += f[j];
+        const int c = (lane + k * tpr) * kChunk;
+        l.x[k] = XIO::load(x + c);
+        if constexpr (kResidual) l.y[k] = YIO::load(static_cast<const YT*>(a.y) + r * a.y_stride + c);
       }
-    mean = row_sum(s, partials[0]) / n;
-    float s2 = 0.f;
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k)
-      if (k < nvalid) {
-        float f[kChunk];
-        XIO::unpack(xr[k], f);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          const float d = f[j] - mean;
-          s2 += d * d;
-        }
-      }
-    rstd = rsqrtf(row_sum(s2, partials[1]) / n + a.eps);
-  } else {
-    float s2 = 0.f;
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k)
-      if (k < nvalid) {
-        float f[kChunk];
-        XIO::unpack(xr[k], f);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) s2 += f[j] * f[j];
-      }
-    rstd = rsqrtf(row_sum(s2, partials[0]) / n + a.eps);
+    }
   }
 
-  OutT* out = static_cast<OutT*>(a.out) + r * a.out_stride;
-#pragma unroll
-  for (int k = 0; k < kVPT; ++k) {
-    if (k >= nvalid) continue;
-    const int c = (lane + k * tpr) * kChunk;
-    float o[kChunk];
-    XIO::unpack(xr[k], o);
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) o[j] = (o[j] - mean) * rstd;
-    if (a.weight) {
-      float w[kChunk];
-      load_params<kChunk>(a.weight + c, w);
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) o[j] *= w[j];
-    }
-    if (a.bias) {
-      float b[kChunk];
-      load_params<kChunk>(a.bias + c, b);
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) o[j] += b[j];
-    }
-    if (a.scale) {
-      float s[kChunk];
-      load_params<kChunk>(a.scale + mod_off + c, s);
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) o[j] *= 1.f + s[j];
-    }
-    if (a.shift) {
-      float s[kChunk];
-      load_params<kChunk>(a.shift + mod_off + c, s);
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) o[j] += s[j];
-    }
-    OIO::store(out + c, OIO::pack(o));
+  // Offset of row r's per-sample parameter row (gate, scale, shift). A 64-bit
+  // division is a ~70-instruction subroutine: skip it for a single sample and
+  // use the 32-bit one whenever the operands fit.
+  __device__ __forceinline__ static int64_t sample_offset(const NormRowsArgs& a, int64_t r) {
+    if (a.rows_per_batch >= a.rows) return 0;
+    const int64_t b = (r <= int64_t(UINT32_MAX) && a.rows_per_batch <= int64_t(UINT32_MAX))
+                          ? int64_t(uint32_t(r) / uint32_t(a.rows_per_batch))
+                          : r / a.rows_per_batch;
+    return b * a.mod_stride;
   }
+
+  // Residual update (residual mode), statistics, normalisation and stores of
+  // row `row`. Every thread of the block must call it (the reduction's
+  // barrier); `partials` is 2 * 32 floats of shared memory (one array per reduction).
+  __device__ __forceinline__ static void finish(const NormRowsArgs& a, int64_t row, int nvalid, Loaded& l,
+                                                float* partials) {
+    const int tpr = int(blockDim.x), lane = int(threadIdx.x);
+    const int64_t r = nvalid > 0 ? row : 0;
+    const bool per_sample = a.gate != nullptr || a.scale != nullptr || a.shift != nullptr;
+    const int64_t mod_off = per_sample && nvalid > 0 ? sample_offset(a, r) : 0;
+
+    if constexpr (kResidual) {
+      XT* x_out = static_cast<XT*>(a.x_out) + r * a.x_out_stride;
+#pragma unroll
+      for (int k = 0; k < kVPT; ++k) {
+        if (k < nvalid) {
+          const int c = (lane + k * tpr) * kChunk;
+          float xf[kChunk], yf[kChunk];
+          XIO::unpack(l.x[k], xf);
+          YIO::unpack(l.y[k], yf);
+          if (a.gate) {
+            float g[kChunk];
+            load_params<kChunk>(a.gate + mod_off + c, g);
+            // product rounded, then the sum: bit-identical to the eager x + gate * y
+#pragma unroll
+            for (int j = 0; j < kChunk; ++j) xf[j] = __fadd_rn(xf[j], __fmul_rn(g[j], yf[j]));
+          } else {
+#pragma unroll
+            for (int j = 0; j < kChunk; ++j) xf[j] = __fadd_rn(xf[j], yf[j]);
+          }
+          l.x[k] = XIO::pack(xf);  // the norm sees the residual as stored
+          XIO::store(x_out + c, l.x[k]);
+        }
+      }
+    }
+
+    // Statistics over the valid chunks only, in fp32. LayerNorm: exact two
+    // passes over the registers (the mean, then the squared deviations from
+    // it), two row reductions. (A single reduction merging per-thread
+    // (count, mean, M2) triples measured slower on the H200: the merge's
+    // longer dependency chain costs more than the second reduction.)
+    float mean = 0.f;
+    float rstd;
+    if constexpr (kKind == NormKind::Layer) {
+      float s = 0.f;
+#pragma unroll
+      for (int k = 0; k < kVPT; ++k)
+        if (k < nvalid) {
+          float f[kChunk];
+          XIO::unpack(l.x[k], f);
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) s += f[j];
+        }
+      mean = row_sum(s, partials) / float(a.dim);
+      float s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < kVPT; ++k)
+        if (k < nvalid) {
+          float f[kChunk];
+          XIO::unpack(l.x[k], f);
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) {
+            const float d = f[j] - mean;
+            s2 += d * d;
+          }
+        }
+      rstd = rsqrtf(row_sum(s2, partials + 32) / float(a.dim) + a.eps);
+    } else {
+      float s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < kVPT; ++k)
+        if (k < nvalid) {
+          float f[kChunk];
+          XIO::unpack(l.x[k], f);
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) s2 += f[j] * f[j];
+        }
+      rstd = rsqrtf(row_sum(s2, partials) / float(a.dim) + a.eps);
+    }
+
+    OutT* out = static_cast<OutT*>(a.out) + r * a.out_stride;
+#pragma unroll
+    for (int k = 0; k < kVPT; ++k) {
+      if (k >= nvalid) continue;
+      const int c = (lane + k * tpr) * kChunk;
+      float o[kChunk];
+      XIO::unpack(l.x[k], o);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) o[j] = (o[j] - mean) * rstd;
+      if (a.weight) {
+        float w[kChunk];
+        load_params<kChunk>(a.weight + c, w);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o[j] *= w[j];
+      }
+      if (a.bias) {
+        float b[kChunk];
+        load_params<kChunk>(a.bias + c, b);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o[j] += b[j];
+      }
+      if (a.scale) {
+        float s[kChunk];
+        load_params<kChunk>(a.scale + mod_off + c, s);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o[j] *= 1.f + s[j];
+      }
+      if (a.shift) {
+        float s[kChunk];
+        load_params<kChunk>(a.shift + mod_off + c, s);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o[j] += s[j];
+      }
+      OIO::store(out + c, OIO::pack(o));
+    }
+  }
+};
+
+// One group of blockDim.y rows per block, one row per blockDim.x threads.
+// (A loop over several groups per block, with or without prefetching the
+// next row, measured slower on the H200: the compiler keeps the
+// loop-invariant parameter vectors in registers, which costs occupancy.)
+template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, int kChunk, int kVPT>
+__global__ void __launch_bounds__(kMaxRowThreads) norm_rows_kernel(const NormRowsArgs a) {
+  using Ops = NormRowOps<kKind, kResidual, XT, YT, OutT, kChunk, kVPT>;
+  __shared__ float partials[2 * 32];
+  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int nvalid = Ops::valid_chunks(a, row);
+  typename Ops::Loaded l;
+  Ops::load(a, row, nvalid, l);
+  Ops::finish(a, row, nvalid, l, partials);
 }
 
-// Launches the kernel instantiation matching `plan` on rows [0, a.rows).
-// Residual mode is planned with max_vpt = 6 and has no 8-chunk instantiation.
-// XT is the input (residual) type, YT the added sub-layer output's type
-// (residual mode only; pass XT otherwise), OutT the normalised output's.
 template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT>
 Status launch_norm_rows(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t stream) {
   if (a.rows == 0) return Status::Ok;

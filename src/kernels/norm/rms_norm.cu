@@ -4,11 +4,11 @@
 // from global memory once with 16-byte loads (8 elements per chunk: LDG.E.128
 // for bf16/fp16, two for fp32), reduced (sum of squares) across the threads of
 // the row, scaled and written with 16-byte stores. Rows up to 2048 elements
-// use a warp or less per row (1536 = 32 threads x 6 chunks, 8 rows per
-// 256-thread block, shuffles only); wider rows use several warps per row with
+// use a warp or less per row (1536 = 32 threads x 6 chunks, one row per
+// 32-thread block, shuffles only); wider rows use several warps per row with
 // one partial per warp in shared memory (5120 = 160 threads x 4 chunks, one
 // row per block). All of a thread's loads are issued before the first
-// arithmetic, so a resident block keeps a whole row per warp group in flight.
+// arithmetic; with ~54 registers an SM holds ~32 rows (~100 KB) in flight.
 // Misaligned pointers/strides or dim % 8 != 0 take a scalar path (1 element
 // per chunk, 16 per thread, dim <= 8192).
 //
@@ -16,6 +16,7 @@
 // (weight: dim * 4 bytes, cached). Predicted at 4.0 TB/s:
 //   32760 x 1536: 201.3 MB -> 50.3 us   (PyTorch 79 us, TurboDiffusion Triton 102 us)
 //   75600 x 5120: 1548.3 MB -> 387.1 us (PyTorch 468 us, TurboDiffusion Triton 475 us)
+// Measured (H200, bench_norm, one run): 55.7 us = 90% of copy bandwidth; 374 us = 97.5%.
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"
 #include "kernels/norm/rms_norm.h"

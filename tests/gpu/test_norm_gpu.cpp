@@ -1,0 +1,441 @@
+// The CUDA norm kernels (src/kernels/norm/*.cu) against their fp32 CPU
+// references on the same fresh random inputs: every activation type, awkward
+// row counts (1, 37, 333, rows not a multiple of any block's rows), widths on
+// every launch plan (sub-warp, one warp, several warps per row; the scalar
+// path for dim % 8 != 0, odd strides and misaligned pointers), Wan's full
+// shapes, in-place use, and poisoned outputs whose row padding must survive.
+//
+// Tolerances: GPU and CPU compute the same fp32 formula; they differ by fp32
+// rounding (sum order, rsqrtf's 2 ulp, FMA contraction), a few 1e-7
+// relative. Rounded to a 16-bit output the two then agree except where that
+// difference straddles a rounding boundary (about 1 element in 10^4), where
+// they are one ulp apart. So every element must be within 1 ulp of the
+// output type + 4e-6 * (1 + |ref|), and over a tensor rel_l2 <= 2e-6 (fp32),
+// 2e-4 (fp16), 1e-3 (bf16; 1 ulp on every element would be ~3e-3), cosine
+// >= 0.99999. The per-element bound is what catches a single wrong chunk in
+// a 50M-element tensor, which rel_l2 alone would not.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness/harness.h"
+#include "kernels/norm/adaln_modulate.h"
+#include "kernels/norm/layer_norm.h"
+#include "kernels/norm/norm_host.h"
+#include "kernels/norm/residual_gate_norm.h"
+#include "kernels/norm/rms_norm.h"
+
+namespace td::kernels {
+namespace {
+
+constexpr ElemType kActTypes[] = {ElemType::F32, ElemType::F16, ElemType::BF16};
+constexpr int64_t kRowCounts[] = {1, 37, 333};
+// 64, 96: sub-warp rows; 77: scalar path; 1000: 16 threads x 8 chunks with idle slots;
+// 1536: one warp x 6; 4096: 64 x 8; 5120: 160 x 4 (several warps, one row per block).
+constexpr int64_t kDims[] = {64, 77, 96, 1000, 1536, 4096, 5120};
+constexpr float kEps = 1e-6f;
+
+DType dtype_of(ElemType t) {
+  return t == ElemType::F32 ? DType::F32 : t == ElemType::F16 ? DType::F16 : DType::BF16;
+}
+const char* type_name(ElemType t) { return t == ElemType::F32 ? "f32" : t == ElemType::F16 ? "f16" : "bf16"; }
+
+// Host rows (as in the CPU tests), optionally starting `offset` elements into
+// the buffer (a misaligned base for the GPU's scalar path).
+struct Rows {
+  ElemType type = ElemType::F32;
+  int64_t rows = 0, dim = 0, stride = 0, offset = 0;
+  std::vector<unsigned char> bytes;
+
+  Rows(ElemType t, int64_t r, int64_t d, int64_t s, int64_t off = 0)
+      : type(t), rows(r), dim(d), stride(s), offset(off),
+        bytes(size_t(std::max<int64_t>(off + r * s, 1)) * elem_size(t)) {
+    test::poison(bytes.data(), bytes.size(), dtype_of(t));
+  }
+  void* data() { return bytes.data() + offset * int64_t(elem_size(type)); }
+  const void* data() const { return bytes.data() + offset * int64_t(elem_size(type)); }
+  double at(int64_t r, int64_t i) const { return load_act(data(), type, r * stride + i); }
+  std::vector<double> values() const {
+    std::vector<double> v;
+    v.reserve(size_t(rows * dim));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < dim; ++i) v.push_back(at(r, i));
+    return v;
+  }
+  size_t padding_written() const {
+    size_t n = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = dim; i < stride; ++i) n += !std::isnan(at(r, i));
+    return n;
+  }
+};
+
+Rows random_rows(ElemType t, int64_t rows, int64_t dim, int64_t stride, float mean, float stddev, int64_t off = 0) {
+  Rows x(t, rows, dim, stride, off);
+  const std::vector<float> v = test::randn(size_t(rows * dim), mean, stddev);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i) store_act(x.data(), t, r * stride + i, v[size_t(r * dim + i)]);
+  return x;
+}
+
+// A device copy of a host buffer (Rows, including its poison, or fp32 params).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(const void* host, size_t bytes) : bytes_(std::max<size_t>(bytes, 16)) {
+    EXPECT_EQ(cudaMalloc(&ptr_, bytes_), cudaSuccess);
+    if (host && bytes) EXPECT_EQ(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit DeviceBuffer(const Rows& r) : DeviceBuffer(r.bytes.data(), r.bytes.size()) {}
+  explicit DeviceBuffer(const std::vector<float>& v) : DeviceBuffer(v.data(), v.size() * 4) {}
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // The device address of host.data() (the first row, past host.offset) in this copy of `host`.
+  void* at(const Rows& host) const {
+    return static_cast<unsigned char*>(ptr_) + host.offset * int64_t(elem_size(host.type));
+  }
+  float* f32() const { return static_cast<float*>(ptr_); }
+  // Copies the device buffer back into `host` (same layout).
+  void download(Rows& host) const {
+    ASSERT_EQ(cudaMemcpy(host.bytes.data(), ptr_, host.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+double ulp(ElemType t, double v) {
+  const int precision = t == ElemType::F32 ? 24 : t == ElemType::F16 ? 11 : 8;
+  const int min_exp = t == ElemType::F16 ? -14 : -126;
+  int e = 0;
+  std::frexp(std::fabs(v), &e);
+  return std::ldexp(1.0, std::max(e - 1, min_exp) - (precision - 1));
+}
+
+// The GPU output against the CPU reference's, as the file comment says.
+void expect_matches_cpu(const Rows& gpu, const Rows& cpu, const std::string& what) {
+  SCOPED_TRACE(what);
+  const std::vector<double> got = gpu.values(), ref = cpu.values();
+  ASSERT_EQ(got.size(), ref.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = ulp(gpu.type, ref[i]) + 4e-6 * (1.0 + std::fabs(ref[i]));
+    if (!(std::fabs(got[i] - ref[i]) <= tol)) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "first bad element " << first << " (row " << first / size_t(gpu.dim) << ", col "
+                     << first % size_t(gpu.dim) << "): gpu " << got[first] << " vs cpu " << ref[first]
+                     << " seed=" << test::current_seed();
+  const double max_rel_l2 = gpu.type == ElemType::F32 ? 2e-6 : gpu.type == ElemType::F16 ? 2e-4 : 1e-3;
+  const double min_cos = gpu.type == ElemType::F32 ? 0.999999 : 0.99999;
+  TD_EXPECT_CLOSE(test::compare(got, ref), max_rel_l2, min_cos);
+  EXPECT_EQ(gpu.padding_written(), 0u) << "row padding overwritten";
+}
+
+std::string label(const char* op, ElemType xt, ElemType yt, int64_t rows, int64_t dim, const char* extra = "") {
+  return std::string(op) + " " + type_name(xt) + "->" + type_name(yt) + " " + std::to_string(rows) + "x" +
+         std::to_string(dim) + extra;
+}
+
+// ---- one call of each op, CPU and GPU on the same inputs ---------------------------------
+
+struct Layout {
+  int64_t x_pad = 0, y_pad = 0;  // row stride = dim + pad
+  int64_t x_offset = 0;          // elements before x's first row (misaligned base)
+  bool in_place = false;         // y == x
+};
+
+void check_rms(ElemType xt, ElemType yt, int64_t rows, int64_t dim, bool with_weight, Layout l = {}) {
+  if (l.in_place) yt = xt, l.y_pad = l.x_pad;
+  const int64_t xs = dim + l.x_pad, ys = dim + l.y_pad;
+  const Rows x = random_rows(xt, rows, dim, xs, 0.f, 1.5f, l.x_offset);
+  const std::vector<float> w = test::randn(size_t(dim), 1.f, 0.3f);
+  const float* wp = with_weight ? w.data() : nullptr;
+  Rows ref(yt, rows, dim, ys);
+  ASSERT_EQ(rms_norm_cpu(x.data(), xt, xs, ref.data(), yt, ys, wp, rows, dim, kEps), Status::Ok);
+
+  DeviceBuffer dx(x), dw(w);
+  Rows out(yt, rows, dim, ys, l.in_place ? l.x_offset : 0);
+  if (l.in_place) out = x;
+  DeviceBuffer dy(out);  // poisoned (or x itself, in place)
+  const DeviceBuffer& dst = l.in_place ? dx : dy;
+  ASSERT_EQ(rms_norm_cuda(dx.at(x), xt, xs, dst.at(out), yt, ys, with_weight ? dw.f32() : nullptr,
+                          rows, dim, kEps, nullptr),
+            Status::Ok);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dst.download(out);
+  expect_matches_cpu(out, ref, label("rms_norm", xt, yt, rows, dim, l.in_place ? " in place" : ""));
+}
+
+struct AffineParams {
+  bool weight = false, bias = false;
+};
+
+void check_layer(ElemType xt, ElemType yt, int64_t rows, int64_t dim, AffineParams a, Layout l = {}) {
+  if (l.in_place) yt = xt, l.y_pad = l.x_pad;
+  const int64_t xs = dim + l.x_pad, ys = dim + l.y_pad;
+  const Rows x = random_rows(xt, rows, dim, xs, 3.f, 0.7f, l.x_offset);
+  const std::vector<float> w = test::randn(size_t(dim), 1.f, 0.3f), b = test::randn(size_t(dim), 0.f, 0.5f);
+  Rows ref(yt, rows, dim, ys);
+  ASSERT_EQ(layer_norm_cpu(x.data(), xt, xs, ref.data(), yt, ys, a.weight ? w.data() : nullptr,
+                           a.bias ? b.data() : nullptr, rows, dim, kEps),
+            Status::Ok);
+  DeviceBuffer dx(x), dw(w), db(b);
+  Rows out(yt, rows, dim, ys);
+  if (l.in_place) out = x;
+  DeviceBuffer dy(out);
+  const DeviceBuffer& dst = l.in_place ? dx : dy;
+  ASSERT_EQ(layer_norm_cuda(dx.at(x), xt, xs, dst.at(out), yt, ys, a.weight ? dw.f32() : nullptr,
+                            a.bias ? db.f32() : nullptr, rows, dim, kEps, nullptr),
+            Status::Ok);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dst.download(out);
+  expect_matches_cpu(out, ref, label("layer_norm", xt, yt, rows, dim, l.in_place ? " in place" : ""));
+}
+
+void check_adaln(ElemType xt, ElemType yt, int64_t rows, int64_t dim, int64_t rows_per_batch, Layout l = {}) {
+  if (l.in_place) yt = xt, l.y_pad = l.x_pad;
+  const int64_t xs = dim + l.x_pad, ys = dim + l.y_pad;
+  const int64_t batch = (rows + rows_per_batch - 1) / rows_per_batch;
+  // Wan's e0 layout [batch, 6, dim]: shift = row 0, scale = row 1
+  const std::vector<float> e0 = test::randn(size_t(batch * 6 * dim), 0.f, 0.5f);
+  const Rows x = random_rows(xt, rows, dim, xs, -0.5f, 2.f, l.x_offset);
+  Rows ref(yt, rows, dim, ys);
+  ASSERT_EQ(adaln_modulate_cpu(x.data(), xt, xs, ref.data(), yt, ys, e0.data() + dim, e0.data(), 6 * dim,
+                               rows_per_batch, rows, dim, kEps),
+            Status::Ok);
+  DeviceBuffer dx(x), de0(e0);
+  Rows out(yt, rows, dim, ys);
+  if (l.in_place) out = x;
+  DeviceBuffer dy(out);
+  const DeviceBuffer& dst = l.in_place ? dx : dy;
+  ASSERT_EQ(adaln_modulate_cuda(dx.at(x), xt, xs, dst.at(out), yt, ys, de0.f32() + dim, de0.f32(),
+                                6 * dim, rows_per_batch, rows, dim, kEps, nullptr),
+            Status::Ok);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dst.download(out);
+  expect_matches_cpu(out, ref, label("adaln_modulate", xt, yt, rows, dim, l.in_place ? " in place" : ""));
+}
+
+struct RgnCase {
+  bool gate, affine, modulation;
+};
+// Wan's three uses, everything at once, and the plain add.
+constexpr RgnCase kRgnCases[] = {{true, true, false}, {false, false, true}, {true, false, true},
+                                 {true, true, true},  {false, false, false}};
+
+void check_rgn(ElemType rt, ElemType yt, ElemType ot, int64_t rows, int64_t dim, RgnCase c, bool in_place,
+               int64_t pad = 0, int64_t x_offset = 0) {
+  const int64_t rows_per_batch = std::max<int64_t>(1, (rows + 1) / 2);
+  const int64_t batch = (rows + rows_per_batch - 1) / rows_per_batch;
+  const std::vector<float> e0 = test::randn(size_t(batch * 6 * dim), 0.f, 0.5f);
+  const std::vector<float> w = test::randn(size_t(dim), 1.f, 0.3f), b = test::randn(size_t(dim), 0.f, 0.5f);
+  const int64_t xs = dim + pad, ys = dim + 2 * pad, os = dim + 3 * pad;
+  const Rows x = random_rows(rt, rows, dim, xs, 0.2f, 2.f, x_offset);
+  const Rows y = random_rows(yt, rows, dim, ys, 0.f, 1.f);
+  Rows ref_x(rt, rows, dim, xs), ref_out(ot, rows, dim, os);
+
+  ResidualGateNormParams p;
+  p.x_stride = p.x_out_stride = xs;
+  p.residual_type = rt;
+  p.y_type = yt;
+  p.y_stride = ys;
+  p.out_type = ot;
+  p.out_stride = os;
+  p.mod_stride = 6 * dim;
+  p.rows_per_batch = rows_per_batch;
+  p.rows = rows;
+  p.dim = dim;
+  p.eps = kEps;
+  auto set_params = [&](const float* e0p, const float* wp, const float* bp) {
+    p.gate = c.gate ? e0p + 2 * dim : nullptr;
+    p.shift = c.modulation ? e0p + 3 * dim : nullptr;
+    p.scale = c.modulation ? e0p + 4 * dim : nullptr;
+    p.weight = c.affine ? wp : nullptr;
+    p.bias = c.affine ? bp : nullptr;
+  };
+  set_params(e0.data(), w.data(), b.data());
+  p.x = x.data();
+  p.x_out = ref_x.data();
+  p.y = y.data();
+  p.out = ref_out.data();
+  ASSERT_EQ(residual_gate_norm_cpu(p), Status::Ok);
+
+  DeviceBuffer dx(x), dy(y), de0(e0), dw(w), db(b);
+  Rows out_x(rt, rows, dim, xs, x_offset), out(ot, rows, dim, os);
+  if (in_place) out_x = x;
+  DeviceBuffer dx_out(out_x), dout(out);
+  const DeviceBuffer& dst_x = in_place ? dx : dx_out;
+  set_params(de0.f32(), dw.f32(), db.f32());
+  p.x = dx.at(x);
+  p.x_out = dst_x.at(out_x);
+  p.y = dy.at(y);
+  p.out = dout.at(out);
+  ASSERT_EQ(residual_gate_norm_cuda(p, nullptr), Status::Ok);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dst_x.download(out_x);
+  dout.download(out);
+  const std::string what = std::string("residual_gate_norm res=") + type_name(rt) + " y=" + type_name(yt) +
+                           " out=" + type_name(ot) + " " + std::to_string(rows) + "x" + std::to_string(dim) +
+                           " gate=" + std::to_string(c.gate) + " affine=" + std::to_string(c.affine) +
+                           " mod=" + std::to_string(c.modulation) + (in_place ? " in place" : "") +
+                           (x_offset ? " misaligned" : "");
+  // x_out: the same fp32 operations in the same order, rounded once: bit-identical
+  EXPECT_EQ(out_x.values(), ref_x.values()) << what << ": x_out differs from the CPU's round(x + gate * y)";
+  EXPECT_EQ(out_x.padding_written(), 0u) << what;
+  expect_matches_cpu(out, ref_out, what);
+}
+
+// ---- rms_norm -----------------------------------------------------------------------
+
+TEST(RmsNormGpu, MatchesCpuEveryTypeAndSize) {
+  TD_REQUIRE_GPU();
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_rms(t, t, rows, dim, (rows + dim) % 2 == 0);
+}
+
+TEST(RmsNormGpu, MixedTypesStridesMisalignmentInPlace) {
+  TD_REQUIRE_GPU();
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) {
+      check_rms(xt, yt, 37, 1000, true, {.x_pad = 8, .y_pad = 24});
+      check_rms(xt, yt, 37, 77, true, {.x_pad = 3, .y_pad = 1});
+    }
+  for (ElemType t : kActTypes) {
+    check_rms(t, t, 333, 1536, true, {.x_pad = 16, .in_place = true});
+    check_rms(t, t, 37, 1536, true, {.x_offset = 1});  // misaligned base: scalar path at Wan's width
+    check_rms(t, t, 37, 5120, true, {.x_pad = 4});     // stride not a multiple of 8: scalar path
+  }
+}
+
+TEST(RmsNormGpu, WanShapesAndWideRows) {
+  TD_REQUIRE_GPU();
+  check_rms(ElemType::BF16, ElemType::BF16, 32760, 1536, true);
+  check_rms(ElemType::BF16, ElemType::BF16, 1031, 5120, true);  // 1031 rows: prime, no tile divides it
+  check_rms(ElemType::F32, ElemType::BF16, 4099, 5120, true);
+  check_rms(ElemType::BF16, ElemType::BF16, 67, 16384, true);    // 256 threads x 8 chunks
+  check_rms(ElemType::BF16, ElemType::F32, 19, 32768, false);    // the widest vector row: 512 threads x 8
+  check_rms(ElemType::F16, ElemType::F16, 23, 8191, true);       // the widest scalar row: 512 x 16
+}
+
+TEST(RmsNormGpu, RejectsWhatItCannotDo) {
+  TD_REQUIRE_GPU();
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 2 * 40000 * 2), cudaSuccess);
+  // wider than one row's registers: Unsupported (the caller falls back)
+  EXPECT_EQ(rms_norm_cuda(p, ElemType::BF16, 40000, p, ElemType::BF16, 40000, nullptr, 1, 40000, kEps, nullptr),
+            Status::Unsupported);
+  EXPECT_EQ(rms_norm_cuda(p, ElemType::BF16, 9001, p, ElemType::BF16, 9001, nullptr, 1, 9001, kEps, nullptr),
+            Status::Unsupported);  // scalar path past 8192
+  EXPECT_EQ(rms_norm_cuda(p, ElemType::I8, 64, p, ElemType::BF16, 64, nullptr, 1, 64, kEps, nullptr),
+            Status::InvalidArgument);
+  EXPECT_EQ(rms_norm_cuda(nullptr, ElemType::BF16, 64, p, ElemType::BF16, 64, nullptr, 1, 64, kEps, nullptr),
+            Status::InvalidArgument);
+  cudaFree(p);
+}
+
+// ---- layer_norm -----------------------------------------------------------------------
+
+TEST(LayerNormGpu, MatchesCpuEveryTypeAndSize) {
+  TD_REQUIRE_GPU();
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) {
+        const int v = int((rows + dim) % 3);
+        check_layer(t, t, rows, dim, {v >= 1, v >= 2});
+      }
+}
+
+TEST(LayerNormGpu, MixedTypesStridesMisalignmentInPlace) {
+  TD_REQUIRE_GPU();
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) {
+      check_layer(xt, yt, 37, 96, {true, true}, {.x_pad = 8, .y_pad = 8});
+      check_layer(xt, yt, 37, 77, {true, false}, {.x_pad = 1, .y_pad = 0});
+    }
+  for (ElemType t : kActTypes) {
+    check_layer(t, t, 333, 5120, {true, true}, {.in_place = true});
+    check_layer(t, t, 37, 1536, {true, true}, {.x_offset = 3});
+  }
+}
+
+TEST(LayerNormGpu, WanShapes) {
+  TD_REQUIRE_GPU();
+  check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
+  check_layer(ElemType::F32, ElemType::BF16, 32760, 1536, {true, true});  // Wan's fp32 residual -> norm3
+  check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
+  check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});  // UMT5 width
+}
+
+// ---- adaln_modulate -----------------------------------------------------------------------
+
+TEST(AdaLnModulateGpu, MatchesCpuEveryTypeSizeAndBatching) {
+  TD_REQUIRE_GPU();
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
+}
+
+TEST(AdaLnModulateGpu, MixedTypesPerTokenStridesInPlace) {
+  TD_REQUIRE_GPU();
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) {
+      check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});  // per-token modulation
+      check_adaln(xt, yt, 37, 77, 10, {.x_pad = 5});
+    }
+  for (ElemType t : kActTypes) {
+    check_adaln(t, t, 333, 5120, 111, {.in_place = true});
+    check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
+  }
+}
+
+TEST(AdaLnModulateGpu, WanShapes) {
+  TD_REQUIRE_GPU();
+  check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
+  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);  // CFG batch of 2
+  check_adaln(ElemType::F32, ElemType::BF16, 3001, 5120, 1501);
+}
+
+// ---- residual_gate_norm -----------------------------------------------------------------------
+
+TEST(ResidualGateNormGpu, MatchesCpuEverySizeAndCase) {
+  TD_REQUIRE_GPU();
+  int i = 0;
+  for (ElemType rt : {ElemType::F32, ElemType::BF16})
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) {
+        const RgnCase c = kRgnCases[size_t(i++) % 5];
+        check_rgn(rt, ElemType::BF16, ElemType::BF16, rows, dim, c, /*in_place=*/i % 2 == 0);
+      }
+}
+
+TEST(ResidualGateNormGpu, EveryTypeCombinationCaseAndLayout) {
+  TD_REQUIRE_GPU();
+  for (ElemType rt : {ElemType::F32, ElemType::BF16})
+    for (ElemType yt : kActTypes)
+      for (ElemType ot : kActTypes)
+        for (const RgnCase& c : kRgnCases) {
+          check_rgn(rt, yt, ot, 37, 1000, c, /*in_place=*/c.gate, /*pad=*/8);
+          check_rgn(rt, yt, ot, 37, 77, c, /*in_place=*/!c.gate, /*pad=*/1);
+        }
+  check_rgn(ElemType::BF16, ElemType::BF16, ElemType::BF16, 37, 1536, kRgnCases[2], true, 0, /*x_offset=*/1);
+}
+
+TEST(ResidualGateNormGpu, WanShapes) {
+  TD_REQUIRE_GPU();
+  for (const RgnCase& c : {kRgnCases[0], kRgnCases[1], kRgnCases[2]}) {
+    check_rgn(ElemType::BF16, ElemType::BF16, ElemType::BF16, 32760, 1536, c, true);
+    check_rgn(ElemType::F32, ElemType::BF16, ElemType::BF16, 32760, 1536, c, true);
+  }
+  check_rgn(ElemType::BF16, ElemType::BF16, ElemType::BF16, 1031, 5120, kRgnCases[2], true);
+  check_rgn(ElemType::F32, ElemType::BF16, ElemType::BF16, 1031, 5120, kRgnCases[2], false);
+  check_rgn(ElemType::F32, ElemType::F32, ElemType::BF16, 513, 4096, kRgnCases[3], true);
+}
+
+}  // namespace
+}  // namespace td::kernels
