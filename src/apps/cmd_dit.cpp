@@ -1,6 +1,7 @@
 // `turbodiff dit`: one Wan DiT forward, read from and written to safetensors
 // files, so the engine can be checked against other implementations (ours on
 // another device or dtype, diffusers, TurboDiffusion).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <set>
@@ -23,6 +24,7 @@ struct DitOptions {
   std::string dtype = "auto";   // auto: f32 on cpu, bf16 on cuda
   std::string attention = "original";
   bool quant_linear = false;
+  int repeat = 1;  // forwards to time (the output is the last one's)
 };
 
 int run_dit(const DitOptions& o) {
@@ -80,9 +82,14 @@ int run_dit(const DitOptions& o) {
     fail(e.kind(), o.inputs, ": ", e.what(), " (model ", model.config().describe(), ")");
   }
   const auto t1 = std::chrono::steady_clock::now();
-  Tensor velocity = model.forward(inputs["latent"], inputs["timestep"], inputs["context"]);
-  if (device.is_cuda()) cuda::synchronize(device.index);
-  const auto t2 = std::chrono::steady_clock::now();
+  Tensor velocity;
+  std::vector<double> times;
+  for (int i = 0; i < o.repeat; ++i) {
+    const auto s = std::chrono::steady_clock::now();
+    velocity = model.forward(inputs["latent"], inputs["timestep"], inputs["context"]);
+    if (device.is_cuda()) cuda::synchronize(device.index);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
+  }
   if (!velocity.device().is_cpu()) velocity = velocity.to(Device::cpu());
 
   const std::map<std::string, std::string> meta = {
@@ -94,10 +101,16 @@ int run_dit(const DitOptions& o) {
       {"int8_weights", int8 ? "dequantized at load" : "none"}};
   io::write_safetensors(o.out, {{"velocity", velocity}}, meta);
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
-  const double fwd_s = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("velocity %s written to %s (%s; %s %s, attention original; load %.2f s, forward %.3f s)\n",
+  std::string timing = cat("forward ", times.front(), " s");
+  if (times.size() > 1) {
+    // The first forward builds plans (cuDNN graphs, cuBLASLt heuristics); the median of the rest is the steady state.
+    std::vector<double> rest(times.begin() + 1, times.end());
+    std::sort(rest.begin(), rest.end());
+    timing += cat(" first, ", rest[rest.size() / 2], " s median of the next ", rest.size());
+  }
+  std::printf("velocity %s written to %s (%s; %s %s, attention original; load %.2f s, %s)\n",
               shape_str(velocity.shape()).c_str(), o.out.c_str(), model.config().variant.c_str(),
-              device.str().c_str(), dtype_name(dtype), load_s, fwd_s);
+              device.str().c_str(), dtype_name(dtype), load_s, timing.c_str());
   return 0;
 }
 
@@ -127,6 +140,8 @@ void register_dit(CLI::App& app, Commands& cmds) {
   sub->add_option("--attention", o->attention, "original (exact), sla or sagesla (not implemented yet), auto")
       ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
   sub->add_flag("--quant-linear", o->quant_linear, "W8A8 INT8 linears (not implemented yet)");
+  sub->add_option("--repeat", o->repeat, "Run the forward N times and report the timings (output: the last)")
+      ->check(CLI::Range(1, 1000));
   cmds.emplace_back(sub, [o] { return run_dit(*o); });
 }
 

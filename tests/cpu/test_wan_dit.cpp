@@ -295,6 +295,9 @@ struct Case {
   const char* expected; // tensor in expected.safetensors
 };
 
+// gtest prints the case by its paths, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "/" << c.weights << " vs " << c.expected; }
+
 class WanDiTFixture : public ::testing::TestWithParam<Case> {};
 
 TEST_P(WanDiTFixture, CpuF32ForwardMatchesDiffusers) {
@@ -476,8 +479,11 @@ TEST(DitCli, BadInputsAndSwitchesFailClearly) {
   const std::string out = dir + "/out.safetensors";
   auto in = read_map(fixture("t2v/inputs.safetensors"));
 
+  auto r = test::run_cli("dit --help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "--weights") && contains(r.out, "--attention")) << r.out;
   // Usage errors: exit 2.
-  auto r = test::run_cli("dit" + w + " --out " + out);
+  r = test::run_cli("dit" + w + " --out " + out);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   r = test::run_cli("dit" + w + " --inputs x --out " + out + " --dtype f64");
   EXPECT_EQ(r.exit_code, 2) << r.err;
