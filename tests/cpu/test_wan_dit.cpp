@@ -72,8 +72,12 @@ std::vector<double> as_doubles(const Tensor& t) {
 }
 
 TEST(GemmF32, MatchesFp64OnAwkwardBlockedSizes) {
-  // M, N, K straddle the 4x8 register tile and the 128/256 cache blocks; strided rows.
+  // M, N, K straddle the 8x8 register tile and the 128/256 cache blocks; strided rows;
+  // the portable kernel and (where the CPU has it) the AVX2 one.
+  for (const bool portable : {true, false})
   for (auto [M, N, K] : {std::tuple{37, 45, 300}, {1, 7, 3}, {130, 129, 513}, {5, 200, 16}}) {
+    SCOPED_TRACE(cat(portable ? "portable" : (kernels::gemm_f32_has_avx2() ? "avx2" : "portable"), " M ", M, " N ",
+                     N, " K ", K));
     Tensor abase = test::randn_tensor({M, K + 3}, DType::F32);
     Tensor a = abase.slice(1, 0, K);
     Tensor w = test::randn_tensor({N, K}, DType::BF16);
@@ -86,6 +90,7 @@ TEST(GemmF32, MatchesFp64OnAwkwardBlockedSizes) {
     p.w = w.raw_data(), p.w_type = kernels::ElemType::BF16, p.ldw = K;
     p.bias = bias.raw_data();
     p.c = c.raw_data(), p.ldc = N;
+    p.force_portable = portable;
     ASSERT_EQ(kernels::gemm_f32_cpu(p), kernels::Status::Ok);
     TD_EXPECT_CLOSE(test::compare(as_doubles(c), linear_ref(a, w, bias)), 1e-6, 0.9999999);
   }

@@ -9,9 +9,10 @@
 // F32, BF16 or F16 (rounded once at the end); accumulation is fp32.
 //
 // Blocked for the caches (a K slice of A and of W packed into contiguous
-// panels), a 4x8 register tile in the inner kernel, and the (M block, N
-// block) tiles spread over td::parallel_for. The result does not depend on
-// the thread count: each output element is summed in the same order.
+// panels), an 8x8 register tile in the inner kernel (8-wide FMA on AVX2
+// CPUs, 4-wide elsewhere), and the (M block, N block) tiles spread over
+// td::parallel_for. The result does not depend on the thread count: each
+// output element is summed in the same order.
 // Must not be called from inside another td::parallel_for.
 #pragma once
 
@@ -34,7 +35,11 @@ struct GemmF32Params {
   void* c = nullptr;  // [m, ldc]; must not overlap a, w or bias
   ElemType c_type = ElemType::F32;
   int64_t ldc = 0;
+  bool force_portable = false;  // use the 4-wide kernel even on AVX2 CPUs (tests cover both)
 };
+
+// Whether gemm_f32_cpu uses its AVX2/FMA kernel on this CPU.
+bool gemm_f32_has_avx2();
 
 // InvalidArgument for negative sizes, ld < k (or < n for c), null pointers
 // with non-empty sizes, or element types other than F32/BF16/F16.
