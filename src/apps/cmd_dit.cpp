@@ -30,12 +30,11 @@ struct DitOptions {
 int run_dit(const DitOptions& o) {
   // Switches first: a request that cannot run fails before anything is loaded.
   if (o.attention == "sla" || o.attention == "sagesla")
-    fail(ErrorKind::Unsupported, "--attention ", o.attention, " is not implemented yet (",
-         o.attention == "sla" ? "SLA: issue 4" : "SageSLA: issue 6",
-         "); --attention original runs exact attention");
+    fail(ErrorKind::Unsupported, "--attention ", o.attention,
+         " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
   if (o.quant_linear)
     fail(ErrorKind::Unsupported,
-         "--quant-linear (the W8A8 INT8 GEMM path) is not implemented yet (issue 6); INT8 checkpoints load without "
+         "--quant-linear (the W8A8 INT8 GEMM path) is not implemented yet (issue 4); INT8 checkpoints load without "
          "it, dequantized to the run dtype");
   if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla are not implemented yet)");
 

@@ -33,7 +33,7 @@ std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
 
 Tensor SelfAttention::operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const {
   TD_CHECK(kind == AttentionKind::Original, Unsupported, "self-attention '", attention_kind_name(kind),
-           "' is not implemented yet (SLA: issue 4, SageSLA: issue 6); use --attention original");
+           "' is not implemented yet (SLA and SageSLA: issue 6); use --attention original");
   TD_CHECK(x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", x.desc());
   const Tensor qp = q(x), kp = k(x), vp = v(x);
   const ops::QK qk = ops::qk_norm_rope(qp, kp, norm_q, norm_k, rope_tables, grid, heads, eps);

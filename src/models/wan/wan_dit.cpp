@@ -107,7 +107,7 @@ Tensor wan_time_sinusoid(const Tensor& timestep, int64_t dim) {
 WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
     : config_(ck.config), attention_(attention), has_proj_l_(ck.has_proj_l) {
   TD_CHECK(attention == nn::AttentionKind::Original, Unsupported, "--attention ", nn::attention_kind_name(attention),
-           " is not implemented yet (SLA: issue 4, SageSLA: issue 6); --attention original runs exact attention");
+           " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
   auto& ts = ck.tensors;
   device_ = ts.at("patch_embedding.weight").device();
   dtype_ = ts.at("patch_embedding.weight").dtype();

@@ -249,7 +249,7 @@ WanCheckpoint load_wan_checkpoint(const std::vector<std::string>& paths, const W
     ck.int8_dequantized = true;
     log_warn(what, ": TurboDiffusion INT8 checkpoint: ", int8_count,
              " block linears (*.int8_weight + 128x128-block *.scale) were dequantized to ", dtype_name(o.dtype),
-             " at load (w = q * scale); the W8A8 INT8 GEMM path (--quant-linear) is not implemented yet");
+             " at load (w = q * scale); the W8A8 INT8 GEMM path (--quant-linear, issue 4) is not implemented yet");
   }
   if (ck.has_proj_l)
     log_info(what, ": SLA proj_l tensors loaded (used by --attention sla/sagesla; `original` ignores them)");
