@@ -67,6 +67,8 @@ BUILD=${TURBODIFF_BUILD_DIR:-build}
 ARCHS=${TURBODIFF_CUDA_ARCHS:-90a;80}
 launcher=()
 if command -v ccache >/dev/null; then
+  # Paths relative to the checkout, so another clone on the same machine (CI) hits the cache.
+  export CCACHE_BASEDIR="$ROOT"
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DTURBODIFF_CUDA_ARCHS=$ARCHS" "${launcher[@]}" \
