@@ -475,10 +475,9 @@ Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, in
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      if (path != LnQuantBlockPath::Portable) {
-        const Status st = launch_block128_cluster<T, V>(a, plan, row_blocks, s);
-        if (st != Status::Unsupported || path == LnQuantBlockPath::Cluster) return st;
-      }
+      // Auto takes the portable path: on the H200 it measured faster than the
+      // cluster path at both Wan shapes (docs/benchmarks.md, 2026-11-30).
+      if (path == LnQuantBlockPath::Cluster) return launch_block128_cluster<T, V>(a, plan, row_blocks, s);
       int teams = kBlockCtaThreads / plan.threads;
       teams = teams < 1 ? 1 : (teams > kMaxTeams ? kMaxTeams : teams);
       ln_mod_quant_block128_kernel<T, V>

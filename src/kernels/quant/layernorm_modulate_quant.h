@@ -69,7 +69,9 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
 //            (bf16/fp16: dim <= 6400; fp32: dim <= 3200), else Unsupported.
 //   Portable (sm_80+): one CTA per stripe, x read twice (the second time
 //            from L2 only while the concurrent stripes fit in it).
-//   Auto:    Cluster where it runs, else Portable.
+//   Auto:    Portable. Measured on the H200 (2026-11-30, bf16): 95 us portable
+//            vs 126 us cluster at 32760x1536, 0.72 ms vs 0.94 ms at 75600x5120;
+//            the cluster path stays selectable for tuning.
 enum class LnQuantBlockPath { Auto, Cluster, Portable };
 
 Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
