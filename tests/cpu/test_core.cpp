@@ -1,9 +1,15 @@
 #include <cmath>
 #include <limits>
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/log.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "harness/harness.h"
 
@@ -162,6 +168,62 @@ TEST(Tensor, HostileShapesAndStridesAreRejected) {
   EXPECT_THROW(Tensor(st, DType::F32, {3}, {int64_t(1) << 62}), Error);
   EXPECT_THROW(Tensor::empty({int64_t(1) << 40, int64_t(1) << 40}, DType::F32), Error);
   EXPECT_NO_THROW(Tensor(st, DType::F32, {0, int64_t(1) << 62}, {1, 1}));  // empty: no bytes needed
+}
+}  // namespace
+}  // namespace td
+
+namespace td {
+namespace {
+// stderr redirected to a file (not a terminal): the bar prints one final line
+// with the label and the count, and nothing while disabled.
+std::string capture_stderr(const std::function<void()>& fn) {
+  const std::string path = test::temp_dir() + "/stderr_capture.txt";
+  std::fflush(stderr);
+  const int saved = dup(2);
+  FILE* f = std::fopen(path.c_str(), "w");
+  dup2(fileno(f), 2);
+  fn();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(f);
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Progress, FinalLineOnAPipeAndSilentWhenDisabled) {
+  std::string out = capture_stderr([] {
+    ProgressBar bar("denoising", 4, "steps");
+    for (int i = 0; i < 4; ++i) bar.advance();
+    bar.finish();
+  });
+  EXPECT_NE(out.find("denoising"), std::string::npos) << out;
+  EXPECT_NE(out.find("4/4 steps"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  set_progress_enabled(false);
+  out = capture_stderr([] {
+    ProgressBar bar("quiet", 2);
+    bar.advance(2);
+  });
+  set_progress_enabled(true);
+  EXPECT_TRUE(out.empty()) << out;
+}
+
+TEST(Log, LevelsAndOnce) {
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::Warn);
+  std::string out = capture_stderr([] {
+    log_info("hidden");
+    log_warn("shown ", 42);
+    log_once(LogLevel::Warn, "k", "once");
+    log_once(LogLevel::Warn, "k", "once");
+  });
+  set_log_level(saved);
+  EXPECT_EQ(out.find("hidden"), std::string::npos) << out;
+  EXPECT_NE(out.find("shown 42"), std::string::npos) << out;
+  EXPECT_EQ(out.find("once"), out.rfind("once")) << out;
 }
 }  // namespace
 }  // namespace td
