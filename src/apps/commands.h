@@ -15,6 +15,7 @@ using Commands = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 void register_info(CLI::App& app, Commands& cmds);
 void register_doctor(CLI::App& app, Commands& cmds);
 void register_dit(CLI::App& app, Commands& cmds);
+void register_vae(CLI::App& app, Commands& cmds);
 void register_encode_text(CLI::App& app, Commands& cmds);
 
 }  // namespace td::app

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   td::app::register_info(app, cmds);
   td::app::register_doctor(app, cmds);
   td::app::register_dit(app, cmds);
+  td::app::register_vae(app, cmds);
   td::app::register_encode_text(app, cmds);
 
   try {
