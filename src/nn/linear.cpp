@@ -1,5 +1,6 @@
 #include "nn/linear.h"
 
+#include "nn/int8_linear.h"
 #include "ops/linear.h"
 
 namespace td::nn {
@@ -11,8 +12,16 @@ Linear::Linear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(s
            bias_.defined() ? bias_.desc() : std::string(), " does not match weight ", weight_.desc());
 }
 
+Linear::Linear(Int8Linear int8) : int8_(std::make_shared<const Int8Linear>(std::move(int8))) {
+  TD_CHECK(int8_->defined(), Internal, "nn::Linear: the INT8 layer it wraps has no weight");
+}
+
+int64_t Linear::in_features() const { return int8_ ? int8_->in_features() : weight_.size(1); }
+int64_t Linear::out_features() const { return int8_ ? int8_->out_features() : weight_.size(0); }
+
 Tensor Linear::operator()(const Tensor& x, std::optional<DType> out_dtype) const {
   TD_CHECK(defined(), Internal, "nn::Linear called before its weight was set");
+  if (int8_) return (*int8_)(x, out_dtype);
   return ops::linear(x, weight_, bias_, out_dtype);
 }
 
