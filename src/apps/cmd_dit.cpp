@@ -24,6 +24,7 @@ struct DitOptions {
   std::string dtype = "auto";   // auto: f32 on cpu, bf16 on cuda
   std::string attention = "original";
   bool quant_linear = false;
+  std::string int8_variant = "token128";  // nn::kDefaultInt8LinearVariant
   int repeat = 1;  // forwards to time (the output is the last one's)
 };
 
@@ -32,10 +33,9 @@ int run_dit(const DitOptions& o) {
   if (o.attention == "sla" || o.attention == "sagesla")
     fail(ErrorKind::Unsupported, "--attention ", o.attention,
          " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
-  if (o.quant_linear)
-    fail(ErrorKind::Unsupported,
-         "--quant-linear (the W8A8 INT8 GEMM path) is not implemented yet (issue 4); INT8 checkpoints load without "
-         "it, dequantized to the run dtype");
+  const auto variant = nn::parse_int8_linear_variant(o.int8_variant);
+  if (!variant)
+    fail(ErrorKind::Usage, "--int8-variant ", o.int8_variant, ": expected token128, block128 or post-scale");
   if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla are not implemented yet)");
 
   const bool gpu = cuda::device_count() > 0;
@@ -71,9 +71,14 @@ int run_dit(const DitOptions& o) {
   lo.device = device;
   lo.dtype = dtype;
   lo.config_path = o.config;
+  if (o.quant_linear) lo.int8_variant = *variant;
   models::wan::WanCheckpoint ck = models::wan::load_wan_checkpoint(o.weights, lo);
   const std::string description = ck.detection.description;
-  const bool int8 = ck.int8_dequantized;
+  const std::string int8_weights =
+      o.quant_linear ? cat("W8A8 ", nn::int8_linear_variant_name(*variant), " (", ck.int8_from_checkpoint,
+                           " INT8 from the checkpoint, ", ck.int8_quantized_at_load, " quantized at load)")
+      : ck.int8_dequantized ? std::string("dequantized at load")
+                            : std::string("none");
   const models::wan::WanDiT model(std::move(ck), nn::AttentionKind::Original);
   try {
     model.check_inputs(inputs["latent"], inputs["timestep"], inputs["context"]);
@@ -97,7 +102,7 @@ int run_dit(const DitOptions& o) {
       {"device", device.str()},
       {"dtype", dtype_name(dtype)},
       {"attention", "original"},
-      {"int8_weights", int8 ? "dequantized at load" : "none"}};
+      {"int8_weights", int8_weights}};
   io::write_safetensors(o.out, {{"velocity", velocity}}, meta);
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
   std::string timing = cat("forward ", times.front(), " s");
@@ -107,9 +112,10 @@ int run_dit(const DitOptions& o) {
     std::sort(rest.begin(), rest.end());
     timing += cat(" first, ", rest[rest.size() / 2], " s median of the next ", rest.size());
   }
-  std::printf("velocity %s written to %s (%s; %s %s, attention original; load %.2f s, %s)\n",
+  std::printf("velocity %s written to %s (%s; %s %s, attention original, linears %s; load %.2f s, %s)\n",
               shape_str(velocity.shape()).c_str(), o.out.c_str(), model.config().variant.c_str(),
-              device.str().c_str(), dtype_name(dtype), load_s, timing.c_str());
+              device.str().c_str(), dtype_name(dtype), o.quant_linear ? int8_weights.c_str() : "float", load_s,
+              timing.c_str());
   return 0;
 }
 
@@ -138,7 +144,13 @@ void register_dit(CLI::App& app, Commands& cmds) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   sub->add_option("--attention", o->attention, "original (exact), sla or sagesla (not implemented yet), auto")
       ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
-  sub->add_flag("--quant-linear", o->quant_linear, "W8A8 INT8 linears (not implemented yet)");
+  sub->add_flag("--quant-linear", o->quant_linear,
+                "W8A8 INT8 block linears (q, k, v, o, ffn): TurboDiffusion INT8 weights as they are, float weights "
+                "quantized at load");
+  sub->add_option("--int8-variant", o->int8_variant,
+                  "with --quant-linear: token128 (default; 128x128 weight blocks, 1x128 activation groups), block128 "
+                  "(TurboDiffusion parity) or post-scale (per-channel x per-token; fastest, less accurate)")
+      ->check(CLI::IsMember({"token128", "block128", "post-scale"}));
   sub->add_option("--repeat", o->repeat, "Run the forward N times and report the timings (output: the last)")
       ->check(CLI::Range(1, 1000));
   cmds.emplace_back(sub, [o] { return run_dit(*o); });

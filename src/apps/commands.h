@@ -16,6 +16,7 @@ void register_info(CLI::App& app, Commands& cmds);
 void register_doctor(CLI::App& app, Commands& cmds);
 void register_dit(CLI::App& app, Commands& cmds);
 void register_vae(CLI::App& app, Commands& cmds);
+void register_quantize(CLI::App& app, Commands& cmds);
 void register_encode_text(CLI::App& app, Commands& cmds);
 
 }  // namespace td::app

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   td::app::register_doctor(app, cmds);
   td::app::register_dit(app, cmds);
   td::app::register_vae(app, cmds);
+  td::app::register_quantize(app, cmds);
   td::app::register_encode_text(app, cmds);
 
   try {

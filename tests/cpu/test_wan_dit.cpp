@@ -512,7 +512,7 @@ TEST(DitCli, BadInputsAndSwitchesFailClearly) {
 
   // Switches that are not implemented: Unsupported, never a silent fallback.
   const std::string ok_in = " --inputs " + fixture("t2v/inputs.safetensors") + " --out " + out + " --device cpu";
-  for (const char* sw : {"--attention sla", "--attention sagesla", "--quant-linear"}) {
+  for (const char* sw : {"--attention sla", "--attention sagesla"}) {
     r = test::run_cli("dit" + w + ok_in + " " + sw);
     EXPECT_EQ(r.exit_code, 1) << sw;
     EXPECT_TRUE(contains(r.err, "not implemented")) << sw << ": " << r.err;

@@ -24,6 +24,17 @@ nn::Linear take_linear(std::map<std::string, Tensor>& ts, const std::string& bas
   return nn::Linear(std::move(w), std::move(b));
 }
 
+// A block linear: INT8 (W8A8) when the loader kept it so, else floating point.
+nn::Linear take_block_linear(WanCheckpoint& ck, const std::string& base) {
+  auto it = ck.int8_weights.find(base);
+  if (it == ck.int8_weights.end()) return take_linear(ck.tensors, base);
+  TD_CHECK(ck.int8_variant.has_value(), Internal, "Wan DiT: INT8 weight ", base, " without a W8A8 variant");
+  Tensor b = take(ck.tensors, base + ".bias");
+  nn::Int8Linear l(std::move(it->second), b, *ck.int8_variant, b.device());
+  ck.int8_weights.erase(it);
+  return nn::Linear(std::move(l));
+}
+
 // Host f32 copy of an input (inputs are small: latents, timesteps, contexts).
 Tensor host_f32(const Tensor& t) {
   Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
@@ -105,7 +116,7 @@ Tensor wan_time_sinusoid(const Tensor& timestep, int64_t dim) {
 }
 
 WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
-    : config_(ck.config), attention_(attention), has_proj_l_(ck.has_proj_l) {
+    : config_(ck.config), attention_(attention), has_proj_l_(ck.has_proj_l), int8_variant_(ck.int8_variant) {
   TD_CHECK(attention == nn::AttentionKind::Original, Unsupported, "--attention ", nn::attention_kind_name(attention),
            " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
   auto& ts = ck.tensors;
@@ -126,10 +137,10 @@ WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
     WanBlock blk;
     blk.modulation = take(ts, b + "modulation").view({6 * config_.dim});
     auto& sa = blk.self_attn;
-    sa.q = take_linear(ts, b + "self_attn.q");
-    sa.k = take_linear(ts, b + "self_attn.k");
-    sa.v = take_linear(ts, b + "self_attn.v");
-    sa.o = take_linear(ts, b + "self_attn.o");
+    sa.q = take_block_linear(ck, b + "self_attn.q");
+    sa.k = take_block_linear(ck, b + "self_attn.k");
+    sa.v = take_block_linear(ck, b + "self_attn.v");
+    sa.o = take_block_linear(ck, b + "self_attn.o");
     sa.norm_q = take(ts, b + "self_attn.norm_q.weight");
     sa.norm_k = take(ts, b + "self_attn.norm_k.weight");
     if (ck.has_proj_l) {
@@ -141,18 +152,20 @@ WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
     sa.kind = attention;
     blk.norm3 = {take(ts, b + "norm3.weight"), take(ts, b + "norm3.bias"), eps};
     auto& ca = blk.cross_attn;
-    ca.q = take_linear(ts, b + "cross_attn.q");
-    ca.k = take_linear(ts, b + "cross_attn.k");
-    ca.v = take_linear(ts, b + "cross_attn.v");
-    ca.o = take_linear(ts, b + "cross_attn.o");
+    ca.q = take_block_linear(ck, b + "cross_attn.q");
+    ca.k = take_block_linear(ck, b + "cross_attn.k");
+    ca.v = take_block_linear(ck, b + "cross_attn.v");
+    ca.o = take_block_linear(ck, b + "cross_attn.o");
     ca.norm_q = take(ts, b + "cross_attn.norm_q.weight");
     ca.norm_k = take(ts, b + "cross_attn.norm_k.weight");
     ca.heads = config_.num_heads;
     ca.eps = eps;
-    blk.ffn.fc1 = take_linear(ts, b + "ffn.0");
-    blk.ffn.fc2 = take_linear(ts, b + "ffn.2");
+    blk.ffn.fc1 = take_block_linear(ck, b + "ffn.0");
+    blk.ffn.fc2 = take_block_linear(ck, b + "ffn.2");
     blocks_.push_back(std::move(blk));
   }
+  TD_CHECK(ck.int8_weights.empty(), Internal, "Wan DiT: ", ck.int8_weights.size(),
+           " INT8 weights were not used, e.g. ", ck.int8_weights.begin()->first);
   TD_CHECK(ts.empty(), Internal, "Wan DiT: ", ts.size(), " loaded tensors were not used, e.g. ", ts.begin()->first);
 }
 

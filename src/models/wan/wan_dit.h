@@ -21,6 +21,7 @@
 // (ops::residual_gate_norm).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "models/wan/wan_config.h"
@@ -61,6 +62,8 @@ class WanDiT {
   DType dtype() const { return dtype_; }  // the run dtype of the matmuls
   nn::AttentionKind attention() const { return attention_; }
   bool has_proj_l() const { return has_proj_l_; }
+  // Set when the block linears run as W8A8 INT8 (WanLoadOptions::int8_variant).
+  std::optional<nn::Int8LinearVariant> int8_variant() const { return int8_variant_; }
 
  private:
   WanConfig config_;
@@ -68,6 +71,7 @@ class WanDiT {
   DType dtype_ = DType::F32;
   nn::AttentionKind attention_ = nn::AttentionKind::Original;
   bool has_proj_l_ = false;
+  std::optional<nn::Int8LinearVariant> int8_variant_;
   nn::Linear patch_embedding_, text_embedding_0_, text_embedding_2_, time_embedding_0_, time_embedding_2_,
       time_projection_, head_;
   Tensor head_modulation_;  // f32 [2, dim]: shift, scale

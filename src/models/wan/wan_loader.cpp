@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "models/wan/wan_keys.h"
+#include "nn/int8_linear.h"
 
 namespace td::models::wan {
 namespace {
@@ -231,6 +232,25 @@ WanCheckpoint load_wan_checkpoint(const std::vector<std::string>& paths, const W
   for (const auto& [name, src] : matched) {
     const WanTensorSpec& spec = *spec_of.at(name);
     const DType dt = spec.dtype == WanParamDType::Run ? o.dtype : DType::F32;
+    if (o.int8_variant && spec.block_linear_weight) {
+      const std::string base = name.substr(0, name.size() - std::strlen(".weight"));
+      ops::Int8LinearWeight w;
+      if (src.int8_scale.defined()) {
+        w = nn::int8_weight_from_turbodiffusion(src.tensor, src.int8_scale, *o.int8_variant, src.source_name);
+        ++ck.int8_from_checkpoint;
+      } else {
+        w = nn::quantize_linear_weight(src.tensor, *o.int8_variant);
+        ++ck.int8_quantized_at_load;
+      }
+      if (o.device.is_cuda()) {
+        w.q = w.q.to(o.device);
+        w.scale = w.scale.to(o.device);
+      }
+      ck.device_bytes += w.q.nbytes() + w.scale.nbytes();
+      ck.int8_weights[base] = std::move(w);
+      bar.advance(int64_t(src.tensor.nbytes()));
+      continue;
+    }
     Tensor host;
     if (src.int8_scale.defined()) {
       host = convert_host(dequantize_block128(src.tensor, src.int8_scale), dt);
@@ -249,7 +269,16 @@ WanCheckpoint load_wan_checkpoint(const std::vector<std::string>& paths, const W
     ck.int8_dequantized = true;
     log_warn(what, ": TurboDiffusion INT8 checkpoint: ", int8_count,
              " block linears (*.int8_weight + 128x128-block *.scale) were dequantized to ", dtype_name(o.dtype),
-             " at load (w = q * scale); the W8A8 INT8 GEMM path (--quant-linear, issue 4) is not implemented yet");
+             " at load (w = q * scale); pass --quant-linear to run them as W8A8 INT8 GEMMs");
+  }
+  if (o.int8_variant) {
+    ck.int8_variant = o.int8_variant;
+    log_info(what, ": W8A8 block linears (", nn::int8_linear_variant_name(*o.int8_variant), "): ",
+             ck.int8_from_checkpoint, " INT8 weights from the checkpoint",
+             *o.int8_variant == nn::Int8LinearVariant::PostScale && ck.int8_from_checkpoint
+                 ? " (re-quantized per output channel)"
+                 : "",
+             ", ", ck.int8_quantized_at_load, " float weights quantized at load");
   }
   if (ck.has_proj_l)
     log_info(what, ": SLA proj_l tensors loaded (used by --attention sla/sagesla; `original` ignores them)");

@@ -14,12 +14,14 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "models/detect.h"
 #include "models/wan/wan_config.h"
+#include "nn/int8_linear.h"
 
 namespace td::models::wan {
 
@@ -29,6 +31,12 @@ struct WanLoadOptions {
   // A diffusers config.json to use; "" = the one beside the first weights path
   // if present, else the config detected from names and shapes.
   std::string config_path;
+  // W8A8 (--quant-linear): the block linears (q, k, v, o of both attentions,
+  // ffn.0, ffn.2; the list TurboDiffusion's Int8Linear replacement covers) are
+  // kept as INT8 in this variant's format: TurboDiffusion *.int8_weight/*.scale
+  // as they are (re-quantized per channel for post-scale), float weights
+  // quantized at load. Unset: float everywhere (INT8 tensors dequantized).
+  std::optional<nn::Int8LinearVariant> int8_variant;
 };
 
 struct WanCheckpoint {
@@ -37,6 +45,12 @@ struct WanCheckpoint {
   std::vector<std::string> paths;
   std::map<std::string, Tensor> tensors;  // original Wan names (wan_keys.h) -> tensors on the device
   bool int8_dequantized = false;          // INT8 block linears were dequantized to the run dtype
+  // With WanLoadOptions::int8_variant: block linear base name ("blocks.0.ffn.0")
+  // -> its INT8 weight on the device (its bias stays in `tensors`).
+  std::map<std::string, ops::Int8LinearWeight> int8_weights;
+  std::optional<nn::Int8LinearVariant> int8_variant;
+  size_t int8_from_checkpoint = 0;        // INT8 weights taken from *.int8_weight/*.scale
+  size_t int8_quantized_at_load = 0;      // float weights quantized at load
   bool has_proj_l = false;                // SLA proj_l tensors present (and loaded)
   size_t device_bytes = 0;                // bytes of the loaded tensors
 };
