@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/harness.h"
+#include "harness/kernel_rows.h"
 #include "kernels/norm/adaln_modulate.h"
 #include "kernels/norm/layer_norm.h"
 #include "kernels/norm/norm_host.h"
@@ -23,62 +24,14 @@
 namespace td::kernels {
 namespace {
 
+using namespace test_rows;
+
 constexpr ElemType kActTypes[] = {ElemType::F32, ElemType::F16, ElemType::BF16};
 constexpr int64_t kRowCounts[] = {1, 37, 333};
 // 77: not a multiple of 8 (the GPU's scalar path); 96, 1000: odd multiples of 8; then Wan's and UMT5's widths.
 constexpr int64_t kDims[] = {64, 77, 96, 1000, 1536, 4096, 5120};
 constexpr float kEps = 1e-6f;
 
-DType dtype_of(ElemType t) {
-  return t == ElemType::F32 ? DType::F32 : t == ElemType::F16 ? DType::F16 : DType::BF16;
-}
-const char* type_name(ElemType t) { return t == ElemType::F32 ? "f32" : t == ElemType::F16 ? "f16" : "bf16"; }
-
-// rows x dim activations of one type, row stride `stride`; the padding
-// columns [dim, stride) and, until written, every element hold the poison (NaN).
-struct Rows {
-  ElemType type = ElemType::F32;
-  int64_t rows = 0, dim = 0, stride = 0;
-  std::vector<unsigned char> bytes;
-
-  Rows(ElemType t, int64_t r, int64_t d, int64_t s)
-      : type(t), rows(r), dim(d), stride(s), bytes(size_t(std::max<int64_t>(r * s, 1)) * elem_size(t)) {
-    test::poison(bytes.data(), bytes.size(), dtype_of(t));
-  }
-  void* data() { return bytes.data(); }
-  const void* data() const { return bytes.data(); }
-  double at(int64_t r, int64_t i) const { return load_act(bytes.data(), type, r * stride + i); }
-  std::vector<double> values() const {
-    std::vector<double> v;
-    v.reserve(size_t(rows * dim));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < dim; ++i) v.push_back(at(r, i));
-    return v;
-  }
-  size_t padding_written() const {
-    size_t n = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = dim; i < stride; ++i) n += !std::isnan(at(r, i));
-    return n;
-  }
-};
-
-Rows random_rows(ElemType t, int64_t rows, int64_t dim, int64_t stride, float mean, float stddev) {
-  Rows x(t, rows, dim, stride);
-  const std::vector<float> v = test::randn(size_t(rows * dim), mean, stddev);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < dim; ++i) store_act(x.data(), t, r * stride + i, v[size_t(r * dim + i)]);
-  return x;
-}
-
-// One unit in the last place of type t at magnitude |v| (subnormal spacing below the normal range).
-double ulp(ElemType t, double v) {
-  const int precision = t == ElemType::F32 ? 24 : t == ElemType::F16 ? 11 : 8;
-  const int min_exp = t == ElemType::F16 ? -14 : -126;
-  int e = 0;
-  std::frexp(std::fabs(v), &e);  // |v| in [2^(e-1), 2^e)
-  return std::ldexp(1.0, std::max(e - 1, min_exp) - (precision - 1));
-}
 
 // Checks out (type t) against the exact values: every element within half an
 // ulp plus fp32 slack, and the whole-tensor metrics of the file comment.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/harness.h"
+#include "harness/device_buffer.h"
 #include "kernels/norm/adaln_modulate.h"
 #include "kernels/norm/layer_norm.h"
 #include "kernels/norm/norm_host.h"
@@ -30,6 +31,8 @@
 namespace td::kernels {
 namespace {
 
+using namespace test_rows;
+
 constexpr ElemType kActTypes[] = {ElemType::F32, ElemType::F16, ElemType::BF16};
 constexpr int64_t kRowCounts[] = {1, 37, 333};
 // 64, 96: sub-warp rows; 77: scalar path; 1000: 16 threads x 8 chunks with idle slots;
@@ -37,83 +40,6 @@ constexpr int64_t kRowCounts[] = {1, 37, 333};
 constexpr int64_t kDims[] = {64, 77, 96, 1000, 1536, 4096, 5120};
 constexpr float kEps = 1e-6f;
 
-DType dtype_of(ElemType t) {
-  return t == ElemType::F32 ? DType::F32 : t == ElemType::F16 ? DType::F16 : DType::BF16;
-}
-const char* type_name(ElemType t) { return t == ElemType::F32 ? "f32" : t == ElemType::F16 ? "f16" : "bf16"; }
-
-// Host rows (as in the CPU tests), optionally starting `offset` elements into
-// the buffer (a misaligned base for the GPU's scalar path).
-struct Rows {
-  ElemType type = ElemType::F32;
-  int64_t rows = 0, dim = 0, stride = 0, offset = 0;
-  std::vector<unsigned char> bytes;
-
-  Rows(ElemType t, int64_t r, int64_t d, int64_t s, int64_t off = 0)
-      : type(t), rows(r), dim(d), stride(s), offset(off),
-        bytes(size_t(std::max<int64_t>(off + r * s, 1)) * elem_size(t)) {
-    test::poison(bytes.data(), bytes.size(), dtype_of(t));
-  }
-  void* data() { return bytes.data() + offset * int64_t(elem_size(type)); }
-  const void* data() const { return bytes.data() + offset * int64_t(elem_size(type)); }
-  double at(int64_t r, int64_t i) const { return load_act(data(), type, r * stride + i); }
-  std::vector<double> values() const {
-    std::vector<double> v;
-    v.reserve(size_t(rows * dim));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < dim; ++i) v.push_back(at(r, i));
-    return v;
-  }
-  size_t padding_written() const {
-    size_t n = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = dim; i < stride; ++i) n += !std::isnan(at(r, i));
-    return n;
-  }
-};
-
-Rows random_rows(ElemType t, int64_t rows, int64_t dim, int64_t stride, float mean, float stddev, int64_t off = 0) {
-  Rows x(t, rows, dim, stride, off);
-  const std::vector<float> v = test::randn(size_t(rows * dim), mean, stddev);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < dim; ++i) store_act(x.data(), t, r * stride + i, v[size_t(r * dim + i)]);
-  return x;
-}
-
-// A device copy of a host buffer (Rows, including its poison, or fp32 params).
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(const void* host, size_t bytes) : bytes_(std::max<size_t>(bytes, 16)) {
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes_), cudaSuccess);
-    if (host && bytes) EXPECT_EQ(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  explicit DeviceBuffer(const Rows& r) : DeviceBuffer(r.bytes.data(), r.bytes.size()) {}
-  explicit DeviceBuffer(const std::vector<float>& v) : DeviceBuffer(v.data(), v.size() * 4) {}
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // The device address of host.data() (the first row, past host.offset) in this copy of `host`.
-  void* at(const Rows& host) const {
-    return static_cast<unsigned char*>(ptr_) + host.offset * int64_t(elem_size(host.type));
-  }
-  float* f32() const { return static_cast<float*>(ptr_); }
-  // Copies the device buffer back into `host` (same layout).
-  void download(Rows& host) const {
-    ASSERT_EQ(cudaMemcpy(host.bytes.data(), ptr_, host.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-double ulp(ElemType t, double v) {
-  const int precision = t == ElemType::F32 ? 24 : t == ElemType::F16 ? 11 : 8;
-  const int min_exp = t == ElemType::F16 ? -14 : -126;
-  int e = 0;
-  std::frexp(std::fabs(v), &e);
-  return std::ldexp(1.0, std::max(e - 1, min_exp) - (precision - 1));
-}
 
 // The GPU output against the CPU reference's, as the file comment says.
 void expect_matches_cpu(const Rows& gpu, const Rows& cpu, const std::string& what) {
