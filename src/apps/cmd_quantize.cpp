@@ -8,13 +8,15 @@
 // block quantizer, quant_block128.h) with its `<name>.bias` kept; every other
 // tensor is copied unchanged (dtype and shape), all under the original Wan
 // names TurboDiffusion uses (wrapper prefixes such as "net." stripped,
-// diffusers names mapped back). Written atomically as safetensors.
+// diffusers names mapped back). Written atomically as safetensors or as a
+// torch.save-compatible .pth state dict (io/pth_writer.h).
 #include <cstdio>
 #include <cstring>
 
 #include "apps/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "io/pth_writer.h"
 #include "io/safetensors.h"
 #include "io/checkpoint.h"
 #include "models/detect.h"
@@ -28,7 +30,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string in, out, config;
-  std::string format = "safetensors";
+  std::string format = "auto";  // auto: pth for *.pth / *.pt, else safetensors
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -36,10 +38,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 int run_quantize(const QuantizeOptions& o) {
-  if (o.format == "pth")
-    fail(ErrorKind::Unsupported, "--format pth: turbodiff has no .pth (torch zip + pickle) writer yet; write ", o.out,
-         " with --format safetensors (TurboDiffusion's loader reads .safetensors files too)");
-  if (ends_with(o.out, ".pth") || ends_with(o.out, ".pt"))
+  const bool torch_name = ends_with(o.out, ".pth") || ends_with(o.out, ".pt");
+  const std::string format = o.format == "auto" ? (torch_name ? "pth" : "safetensors") : o.format;
+  if (format == "safetensors" && torch_name)
     fail(ErrorKind::Usage, "output ", o.out, " has a torch extension but --format is safetensors; name it *.safetensors");
 
   const io::TensorFile f = io::read_tensor_file(o.in);
@@ -81,10 +82,13 @@ int run_quantize(const QuantizeOptions& o) {
     out.emplace_back(base + ".scale", std::move(q.scale));
     ++quantized;
   }
-  io::write_safetensors(o.out, out,
-                        {{"format", "pt"},
-                         {"turbodiff", "quantize: TurboDiffusion INT8 (128x128 block scales)"},
-                         {"source", o.in}});
+  if (format == "pth")
+    io::write_pth(o.out, out);  // a plain state dict, as TurboDiffusion's export torch.saves it
+  else
+    io::write_safetensors(o.out, out,
+                          {{"format", "pt"},
+                           {"turbodiff", "quantize: TurboDiffusion INT8 (128x128 block scales)"},
+                           {"source", o.in}});
   std::printf("%s: %zu block linears quantized to INT8 (%.1f MB -> %.1f MB), %zu tensors copied unchanged -> %s\n",
               o.in.c_str(), quantized, double(float_bytes) / 1e6, double(int8_bytes) / 1e6, copied, o.out.c_str());
   return 0;
@@ -100,8 +104,10 @@ void register_quantize(CLI::App& app, Commands& cmds) {
   sub->add_option("IN", o->in, "DiT checkpoint file or folder (original Wan, diffusers, rCM/TurboDiffusion .pth)")
       ->required();
   sub->add_option("OUT", o->out, "file to write (atomically)")->required();
-  sub->add_option("--format", o->format, "output format: safetensors (default) or pth (not available yet)")
-      ->check(CLI::IsMember({"safetensors", "pth"}));
+  sub->add_option("--format", o->format,
+                  "output format: safetensors, pth (a torch.save-compatible state dict) or auto (default: pth for "
+                  "*.pth / *.pt, else safetensors)")
+      ->check(CLI::IsMember({"auto", "safetensors", "pth"}));
   sub->add_option("--config", o->config,
                   "diffusers config.json of the model (default: config.json beside IN, else detected)");
   cmds.emplace_back(sub, [o] { return run_quantize(*o); });

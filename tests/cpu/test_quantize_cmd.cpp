@@ -89,11 +89,24 @@ TEST(QuantizeCmd, WritesTurboDiffusionInt8Format) {
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_TRUE(contains(again.err, "already INT8") && contains(again.err, ".int8_weight")) << again.err;
   EXPECT_FALSE(fs::exists(dir + "/qq.safetensors"));
-  // --format pth: no writer yet, a clear Unsupported error.
-  const auto pth = test::run_cli("quantize " + src + " " + dir + "/q.pth --format pth");
-  EXPECT_EQ(pth.exit_code, 1);
-  EXPECT_TRUE(contains(pth.err, "unsupported") && contains(pth.err, ".pth")) << pth.err;
+  // A .pth name with --format safetensors is a usage error (nothing written).
+  const auto mixed = test::run_cli("quantize " + src + " " + dir + "/q.pth --format safetensors");
+  EXPECT_EQ(mixed.exit_code, 2);
+  EXPECT_TRUE(contains(mixed.err, "torch extension")) << mixed.err;
   EXPECT_FALSE(fs::exists(dir + "/q.pth"));
+  // --format pth (auto for *.pth): the same tensors, readable by io/pth.h.
+  const auto pth = test::run_cli("quantize " + src + " " + dir + "/q.pth --config " + fixture("t2v/config.json"));
+  ASSERT_EQ(pth.exit_code, 0) << pth.err;
+  const auto qp = read_map(dir + "/q.pth");
+  ASSERT_EQ(qp.size(), q.size());
+  for (const auto& [name, t] : q) {
+    ASSERT_TRUE(qp.count(name)) << name;
+    EXPECT_EQ(qp.at(name).dtype(), t.dtype()) << name;
+    EXPECT_EQ(qp.at(name).shape(), t.shape()) << name;
+    EXPECT_EQ(std::memcmp(qp.at(name).contiguous().raw_data(), t.contiguous().raw_data(), t.nbytes()), 0) << name;
+  }
+  const auto pinfo = test::run_cli("info " + dir + "/q.pth");
+  EXPECT_TRUE(contains(pinfo.out, "TurboDiffusion INT8")) << pinfo.out << pinfo.err;
   // Not a DiT.
   const auto bad = test::run_cli("quantize " + fixture("t2v/inputs.safetensors") + " " + dir + "/x.safetensors");
   EXPECT_EQ(bad.exit_code, 1);
