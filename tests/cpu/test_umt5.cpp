@@ -278,6 +278,23 @@ INSTANTIATE_TEST_SUITE_P(Layouts, UMT5Forward, ::testing::Values("wan_umt5.pth",
                            return s;
                          });
 
+TEST(UMT5, Bf16RunDtypeOnHost) {
+  // The graph CUDA runs (bf16 linears and activations, fp32 residual stream,
+  // norms and softmax), emulated by the host ops: within the 2e-2 of
+  // transformers' fp32 forward.
+  const auto expected = read_map(fixture("expected.safetensors"));
+  UMT5LoadOptions o;
+  o.dtype = DType::BF16;
+  const UMT5Encoder enc(load_umt5(fixture("wan_umt5.pth"), o));
+  EXPECT_EQ(enc.weights().layers[0].q.dtype(), DType::BF16);
+  EXPECT_EQ(enc.weights().layers[0].norm1.dtype(), DType::F32);
+  const Tensor out = enc.forward(expected.at("input_ids"), expected.at("attention_mask"));
+  EXPECT_EQ(out.dtype(), DType::F32);
+  const test::Accuracy acc = test::compare(out, expected.at("last_hidden_state"));
+  std::printf("umT5 bf16 (host) vs transformers fp32: %s\n", acc.str().c_str());
+  TD_EXPECT_CLOSE(acc, 2e-2, 0.999);
+}
+
 TEST(UMT5, PaddingLengthDoesNotChangeRealRows) {
   // Real tokens attend only to real tokens, and the bias depends on relative
   // positions alone: any padded length (awkward ones here) gives the same rows.
