@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "apps/commands.h"
@@ -24,7 +25,7 @@ struct DitOptions {
   std::string dtype = "auto";   // auto: f32 on cpu, bf16 on cuda
   std::string attention = "original";
   bool quant_linear = false;
-  std::string int8_variant = "token128";  // nn::kDefaultInt8LinearVariant
+  std::string int8_variant;  // "" = nn::kDefaultInt8LinearVariant
   int repeat = 1;  // forwards to time (the output is the last one's)
 };
 
@@ -33,7 +34,11 @@ int run_dit(const DitOptions& o) {
   if (o.attention == "sla" || o.attention == "sagesla")
     fail(ErrorKind::Unsupported, "--attention ", o.attention,
          " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
-  const auto variant = nn::parse_int8_linear_variant(o.int8_variant);
+  if (!o.int8_variant.empty() && !o.quant_linear)
+    fail(ErrorKind::Usage, "--int8-variant ", o.int8_variant,
+         " only applies with --quant-linear (without it the linears run in the float run dtype)");
+  const auto variant = o.int8_variant.empty() ? std::optional(nn::kDefaultInt8LinearVariant)
+                                              : nn::parse_int8_linear_variant(o.int8_variant);
   if (!variant)
     fail(ErrorKind::Usage, "--int8-variant ", o.int8_variant, ": expected token128, block128 or post-scale");
   if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla are not implemented yet)");

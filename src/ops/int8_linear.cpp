@@ -148,9 +148,10 @@ bool is_sm90(int device) {
   return cache[device] = info.cc_major == 9 && info.cc_minor == 0;
 }
 
-void log_fallback(const std::string& reason, const std::string& key) {
-  log_once(LogLevel::Info, cat("int8_linear fallback: ", key),
-           cat(kOp, ": cuBLAS BF16 instead of the INT8 GEMM: ", reason));
+// Expected fallbacks (small M: Wan's text-context k/v projections) log at
+// info; a shape or device the INT8 kernels cannot take logs a warning.
+void log_fallback(const std::string& reason, const std::string& key, LogLevel level = LogLevel::Warn) {
+  log_once(level, cat("int8_linear fallback: ", key), cat(kOp, ": cuBLAS BF16 instead of the INT8 GEMM: ", reason));
 }
 #endif
 
@@ -254,7 +255,7 @@ Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bia
   if (M < kInt8LinearMinRowsCuda) {
     log_fallback(cat("M = ", M, " rows < kInt8LinearMinRowsCuda = ", kInt8LinearMinRowsCuda,
                      " (small GEMMs measured slower in INT8 than cuBLAS BF16 on the H200)"),
-                 "small M");
+                 "small M", LogLevel::Info);
     return fallback_linear(x, w, bias, out_dtype, gelu);
   }
   if (out_dtype != DType::BF16 || x.dtype() == DType::F32) {

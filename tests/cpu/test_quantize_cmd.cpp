@@ -153,6 +153,11 @@ TEST(QuantizeCmd, QuantizedModelRunsW8A8CloseToFloat) {
   EXPECT_TRUE(contains(r.err, "dequantized") && contains(r.err, "--quant-linear")) << r.err;
   TD_EXPECT_CLOSE(test::compare(io::read_safetensors(dir + "/deq.safetensors").tensors.at(0).second, ref), 2e-2,
                   0.999);
+  // --int8-variant without --quant-linear would be silently ignored: a usage error instead.
+  r = test::run_cli("dit --weights " + q + cfg + in + " --int8-variant post-scale --out " + dir + "/x.safetensors");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "--quant-linear")) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/x.safetensors"));
 }
 
 TEST(QuantizeCmd, TurboDiffusionQuantCheckpointRunsW8A8) {
