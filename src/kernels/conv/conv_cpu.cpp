@@ -42,15 +42,23 @@ Status conv3d_f32_cpu(const Conv3dParams& p) {
         const int64_t pos = p0 + j;
         const int64_t xo = pos % ow, yo = (pos / ow) % oh, to = pos / (ow * oh);
         float* dst = col.data() + j * k;
+        const int64_t x0 = xo * p.stride_w - p.pad_left;
+        const bool cols_in = x0 >= 0 && x0 + p.kw <= p.w;  // the common interior case: no per-tap checks
         for (int64_t ci = 0; ci < p.cin; ++ci)
           for (int64_t dt = 0; dt < p.kt; ++dt) {
             const float* plane = p.x + ci * thw + (to * p.stride_t + dt) * hw;
-            for (int64_t dh = 0; dh < p.kh; ++dh) {
+            for (int64_t dh = 0; dh < p.kh; ++dh, dst += p.kw) {
               const int64_t yi = yo * p.stride_h - p.pad_top + dh;
-              const bool row_in = yi >= 0 && yi < p.h;
-              for (int64_t dw = 0; dw < p.kw; ++dw) {
-                const int64_t xi = xo * p.stride_w - p.pad_left + dw;
-                *dst++ = (row_in && xi >= 0 && xi < p.w) ? plane[yi * p.w + xi] : 0.0f;
+              if (yi < 0 || yi >= p.h) {
+                std::fill(dst, dst + p.kw, 0.0f);
+              } else if (cols_in) {
+                const float* src = plane + yi * p.w + x0;
+                for (int64_t dw = 0; dw < p.kw; ++dw) dst[dw] = src[dw];
+              } else {
+                for (int64_t dw = 0; dw < p.kw; ++dw) {
+                  const int64_t xi = x0 + dw;
+                  dst[dw] = (xi >= 0 && xi < p.w) ? plane[yi * p.w + xi] : 0.0f;
+                }
               }
             }
           }
