@@ -19,6 +19,7 @@ namespace {
 struct EncodeTextOptions {
   std::string text_encoder, tokenizer, prompt, out, config;
   std::string device = "auto";
+  std::string dtype = "auto";  // auto: f32 on cpu, bf16 on cuda
   int64_t max_length = 512;
 };
 
@@ -34,7 +35,11 @@ int run_encode_text(const EncodeTextOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   models::umt5::UMT5LoadOptions lo;
   lo.device = device;
-  lo.dtype = device.is_cuda() ? DType::BF16 : DType::F32;
+  const std::string dtype_str = o.dtype == "auto" ? (device.is_cuda() ? "bf16" : "f32") : o.dtype;
+  lo.dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
+  if (device.is_cuda() && lo.dtype == DType::F32)
+    fail(ErrorKind::Unsupported, "--dtype f32 on CUDA: the umT5 CUDA path runs bf16 linears; use --dtype bf16 on "
+         "CUDA, or --device cpu for the f32 reference");
   lo.config_path = o.config;
   models::umt5::UMT5Encoder encoder(models::umt5::load_umt5(o.text_encoder, lo));
   TD_CHECK(tokenizer.vocab_size() <= encoder.config().vocab, Format, "tokenizer ", tokenizer.path(), " has ",
@@ -82,6 +87,10 @@ void register_encode_text(CLI::App& app, Commands& cmds) {
                   "HF UMT5 config.json (default: a T5/UMT5 config.json beside the weights, else read from shapes)");
   sub->add_option("--device", o->device, "cpu or cuda (default: cuda when a GPU is usable, else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--dtype", o->dtype,
+                  "run dtype of the linears: f32 (CPU reference) or bf16 (half the memory of umT5-XXL's 23 GB in "
+                  "f32; default: f32 on cpu, bf16 on cuda)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   sub->add_option("--max-length", o->max_length, "tokens per prompt after padding/truncation (Wan: 512)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmds.emplace_back(sub, [o] { return run_encode_text(*o); });

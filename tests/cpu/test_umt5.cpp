@@ -336,6 +336,14 @@ TEST(UMT5, EncodeTextCli) {
   TD_EXPECT_CLOSE(test::compare(got.at("context"), expected.at("context").slice(0, 1, 2).contiguous()), 1e-5, 0.99999);
   EXPECT_EQ(got.at("context_lens").data<int64_t>()[0], int64_t(prompts[1].ids.size()));
 
+  // --dtype bf16 on the host: the bf16 graph, within 2e-2 of transformers.
+  r = test::run_cli("encode-text --text-encoder " + fixture("wan_umt5.pth") + " --tokenizer " + fixture("tokenizer") +
+                    " --prompt " + quoted + " --out " + dir + "/bf16.safetensors --device cpu --dtype bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  TD_EXPECT_CLOSE(test::compare(read_map(dir + "/bf16.safetensors").at("context"),
+                                expected.at("context").slice(0, 1, 2).contiguous()),
+                  2e-2, 0.999);
+
   // Over 512 tokens: truncated with a warning, still 512 rows.
   std::string long_prompt;
   for (int i = 0; i < 80; ++i) long_prompt += "A cat sits on a red chair. ";
