@@ -240,6 +240,12 @@ TEST(UMT5, LoaderNamesEveryProblem) {
   const std::string wmsg = error_of([&] { match_umt5_tensors(wbad, c, UMT5Layout::Wan, "wan.pth"); });
   EXPECT_TRUE(contains(wmsg, "missing: norm.weight")) << wmsg;
   EXPECT_TRUE(contains(wmsg, "wrong dtype: blocks.0.norm1.weight is i32")) << wmsg;
+  // A full HF UMT5 model's decoder and LM head are skipped, not errors.
+  std::vector<std::pair<std::string, Tensor>> full = f.tensors;
+  full.emplace_back("decoder.block.0.layer.0.SelfAttention.q.weight", Tensor::zeros({64, 64}, DType::F32));
+  full.emplace_back("lm_head.weight", Tensor::zeros({150, 64}, DType::F32));
+  full.emplace_back("encoder.embed_tokens.weight", *f.find("shared.weight"));  // HF's tied copy of shared.weight
+  EXPECT_EQ(match_umt5_tensors(full, c, UMT5Layout::HF, path).size(), size_t(2 + 10 * c.num_layers));
   // Mixed layouts and non-umT5 files.
   std::vector<std::pair<std::string, Tensor>> mixed = {{"shared.weight", Tensor::zeros({2, 2}, DType::F32)},
                                                        {"blocks.0.norm1.weight", Tensor::zeros({2}, DType::F32)}};

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 
 namespace td::models::umt5 {
@@ -60,10 +61,21 @@ std::string shown_name(const std::string& wan, UMT5Layout l) {
   return l == UMT5Layout::Wan ? wan : umt5_wan_to_hf_name(wan);
 }
 
-// Converts a host tensor to `dt` and places it on `device`.
+// Converts a host tensor to `dt` (split over the thread pool: umT5-XXL is
+// 5.7 B parameters) and places it on `device`.
 Tensor place(const Tensor& host, DType dt, Device device) {
   Tensor t = host.contiguous();
-  if (t.dtype() != dt) t = t.to(dt);
+  if (t.dtype() != dt) {
+    Tensor out = Tensor::empty(t.shape(), dt);
+    const auto* src = static_cast<const uint8_t*>(t.raw_data());
+    auto* dst = static_cast<uint8_t*>(out.raw_data());
+    const size_t si = dtype_size(t.dtype()), di = dtype_size(dt);
+    const DType st = t.dtype();
+    td::parallel_for(t.numel(), 1 << 16, [&](int64_t b, int64_t e) {
+      convert_elements(src + size_t(b) * si, st, dst + size_t(b) * di, dt, size_t(e - b));
+    });
+    t = out;
+  }
   return device.is_cuda() ? t.to(device) : t;
 }
 
@@ -156,10 +168,17 @@ std::vector<std::pair<std::string, Tensor>> match_umt5_tensors(const std::vector
   std::map<std::string, std::pair<std::string, Tensor>> by_wan;  // Wan name -> (source name, tensor)
   std::vector<std::string> unexpected;
   const std::pair<std::string, Tensor>* tied_copy = nullptr;  // HF encoder.embed_tokens.weight
+  size_t skipped_decoder = 0;
   for (const auto& nt : tensors) {
     const std::string& n = nt.first;
     if (layout == UMT5Layout::HF && n == "encoder.embed_tokens.weight") {
       tied_copy = &nt;
+      continue;
+    }
+    // A full HF UMT5 model (google/umt5-xxl is encoder-decoder): the decoder
+    // and LM head are not the encoder's; skip them as UMT5EncoderModel does.
+    if (layout == UMT5Layout::HF && (n.rfind("decoder.", 0) == 0 || n == "lm_head.weight")) {
+      ++skipped_decoder;
       continue;
     }
     std::string w = layout == UMT5Layout::Wan ? (umt5_wan_to_hf_name(n).empty() ? "" : n) : umt5_hf_to_wan_name(n);
@@ -203,6 +222,8 @@ std::vector<std::pair<std::string, Tensor>> match_umt5_tensors(const std::vector
   }
   for (const auto& [w, v] : by_wan)
     if (!consumed.count(w)) unexpected.push_back(v.first);
+  if (skipped_decoder)
+    log_info(what, ": ", skipped_decoder, " decoder / lm_head tensors of a full UMT5 model skipped (the encoder is used)");
   for (const auto& n : unexpected) problems.push_back(cat("unexpected: ", n));
   if (!problems.empty()) {
     std::string msg = cat(what, " (", umt5_layout_name(layout), " names): the checkpoint does not match ",
