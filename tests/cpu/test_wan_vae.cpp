@@ -241,6 +241,26 @@ TEST(WanVae, EncodeMatchesDiffusers) {
   }
 }
 
+TEST(WanVae, EncodeIsCausalAndPerSample) {
+  const WanVae vae(models::wan_vae::load_wan_vae(fixture(kOriginal)));
+  const Tensor a = test::randn_tensor({1, 3, 9, 16, 24}, DType::F32, 0.5f);
+  const Tensor b = test::randn_tensor({1, 3, 9, 16, 24}, DType::F32, 0.5f);
+  const Tensor la = vae.encode(a), lb = vae.encode(b);
+  ASSERT_EQ(la.shape(), (Shape{1, 16, 3, 2, 3}));
+  // The first 4k+1 frames alone give the first k+1 latents (chunks of 1, 4, 4: no look-ahead).
+  const Tensor head = vae.encode(a.slice(2, 0, 5).contiguous());
+  EXPECT_LE(test::compare(head, la.slice(2, 0, 2).contiguous()).rel_l2, 1e-6);
+  const Tensor img = vae.encode(a.slice(2, 0, 1).contiguous());  // a single image (I2V): one latent frame
+  EXPECT_LE(test::compare(img, la.slice(2, 0, 1).contiguous()).rel_l2, 1e-6);
+  // A batch of two encodes each sample on its own.
+  Tensor ab = Tensor::empty({2, 3, 9, 16, 24}, DType::F32);
+  ab.slice(0, 0, 1).copy_(a);
+  ab.slice(0, 1, 2).copy_(b);
+  const Tensor lab = vae.encode(ab);
+  EXPECT_LE(test::compare(lab.slice(0, 0, 1).contiguous(), la).rel_l2, 1e-6);
+  EXPECT_LE(test::compare(lab.slice(0, 1, 2).contiguous(), lb).rel_l2, 1e-6);
+}
+
 TEST(WanVae, BadVideoAndLatentShapes) {
   const WanVae vae(models::wan_vae::load_wan_vae(fixture(kDiffusers)));
   EXPECT_THROW(vae.encode(test::randn_tensor({1, 3, 4, 16, 16}, DType::F32)), Error);   // 4 frames: not 4k+1
