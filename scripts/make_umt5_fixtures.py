@@ -16,10 +16,10 @@ Run: python3 scripts/make_umt5_fixtures.py  (torch, transformers, sentencepiece,
 safetensors). Deterministic for a fixed seed.
 """
 import html
+import io
 import json
 import os
 import re
-import tempfile
 
 import sentencepiece as spm
 import torch
@@ -62,16 +62,13 @@ def main():
     os.makedirs(os.path.join(ROOT, "hf"), exist_ok=True)
 
     # 1. Tokenizer.
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = os.path.join(tmp, "corpus.txt")
-        with open(corpus, "w") as f:
-            f.write(CORPUS)
-        spm.SentencePieceTrainer.train(
-            input=corpus, model_prefix=os.path.join(tmp, "spiece"), vocab_size=150, model_type="unigram",
-            pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, num_threads=1,
-            minloglevel=2)
-        with open(os.path.join(tmp, "spiece.model"), "rb") as f:
-            model_bytes = f.read()
+    # Trained from an iterator into memory, so no temporary path ends up in
+    # the model's trainer spec and the file is the same on every run.
+    model_io = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS.splitlines()), model_writer=model_io, vocab_size=150, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, num_threads=1, minloglevel=2)
+    model_bytes = model_io.getvalue()
     with open(os.path.join(ROOT, "tokenizer", "spiece.model"), "wb") as f:
         f.write(model_bytes)
     sp = spm.SentencePieceProcessor(model_proto=model_bytes)
@@ -88,10 +85,30 @@ def main():
         ids = sp.encode(text) + [1]  # T5 appends </s>
         prompts.append({"raw": raw, "clean": text, "ids": ids})
     # Ids come from sentencepiece itself plus </s>, as T5Tokenizer builds them.
-    # transformers 5.24 could not be used as the reference here: T5Tokenizer(vocab_file=...)
-    # returned unk/'▁' for every word of this tiny model and from_pretrained on a folder
-    # with only spiece.model asked for tiktoken. The real umT5 tokenizer.json and
-    # spiece.model agree on ordinary text (both are the same unigram model).
+    # Wan runs HF's fast tokenizer (tokenizer.json), which transformers builds
+    # from spiece.model with its T5Converter: check that it agrees (needs
+    # protobuf). transformers 5.24's T5Tokenizer(vocab_file=...) itself could
+    # not be used: it returned unk/'▁' for every word of this tiny model.
+    try:
+        from transformers.convert_slow_tokenizer import T5Converter
+
+        class _Slow:  # the attributes T5Converter reads from a slow tokenizer
+            vocab_file = os.path.join(ROOT, "tokenizer", "spiece.model")
+            _extra_ids = 0
+            eos_token = "</s>"
+            legacy = True
+            add_prefix_space = True
+
+            def convert_tokens_to_ids(self, token):
+                return 1
+
+        fast = T5Converter(_Slow()).converted()
+        for p in prompts:
+            fast_ids = fast.encode(p["clean"]).ids
+            assert fast_ids == p["ids"], (p["clean"], fast_ids, p["ids"])
+        print("HF fast tokenizer (T5Converter) agrees with sentencepiece + </s> on every prompt")
+    except ImportError as e:
+        print("note: HF fast tokenizer not compared (", e, ")")
 
     # 2. Tiny random UMT5 encoder.
     config = UMT5Config(vocab_size=vocab, d_model=64, d_kv=16, num_heads=4, d_ff=96, num_layers=2,
