@@ -45,7 +45,7 @@ Tensor rcm_sample(const Shape& latent_shape, uint64_t seed, const RcmSchedule& s
 struct GuidedVelocity {
   VelocityFn cond;
   VelocityFn uncond;
-  double guidance = 5.0;
+  double guidance = kWanDefaultGuidance;
 };
 
 enum class FlowSolver { Euler, UniPC };

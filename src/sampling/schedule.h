@@ -40,8 +40,16 @@ double shift_sigma(double sigma, double shift);
 
 FlowSchedule flow_schedule(FlowScheduleKind kind, int steps, double shift);
 
-// rCM / TurboDiffusion default intermediate TrigFlow angles.
+// rCM / TurboDiffusion defaults: intermediate TrigFlow angles, sigma_max of
+// the T2V scripts (the Wan2.2 I2V script uses 200), 4 steps.
 inline constexpr double kRcmMidAngles[3] = {1.5, 1.4, 1.0};
+inline constexpr double kRcmDefaultSigmaMax = 80.0;
+inline constexpr int kRcmDefaultSteps = 4;
+
+// Wan teacher defaults (generate.py, T2V): 50 steps, shift 5, guidance 5.
+inline constexpr int kWanDefaultSteps = 50;
+inline constexpr double kWanDefaultShift = 5.0;
+inline constexpr double kWanDefaultGuidance = 5.0;
 
 struct RcmSchedule {
   // N + 1 TrigFlow angles [atan(sigma_max), mid[0 .. N-2], 0].
@@ -55,6 +63,7 @@ struct RcmSchedule {
 };
 
 // steps in [1, 1 + mid.size()], sigma_max > 0.
-RcmSchedule rcm_schedule(int steps, double sigma_max, std::span<const double> mid_angles = kRcmMidAngles);
+RcmSchedule rcm_schedule(int steps = kRcmDefaultSteps, double sigma_max = kRcmDefaultSigmaMax,
+                         std::span<const double> mid_angles = kRcmMidAngles);
 
 }  // namespace td::sampling

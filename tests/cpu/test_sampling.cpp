@@ -175,7 +175,7 @@ TEST(SamplingNoise, SeedsAndStreamsDifferAndLookGaussian) {
 
 TEST(SamplingSchedule, WanMatchesReferenceTimesteps) {
   // shared/reference/wan21-and-rcm.md §5: N = 50, shift 5 -> 999, 995, 991, 987, 982, ... 241, 172, 92.
-  const FlowSchedule s = flow_schedule(FlowScheduleKind::Wan, 50, 5.0);
+  const FlowSchedule s = flow_schedule(FlowScheduleKind::Wan, kWanDefaultSteps, kWanDefaultShift);
   ASSERT_EQ(s.steps(), 50);
   const std::vector<double> head{999, 995, 991, 987, 982}, tail{241, 172, 92};
   for (size_t i = 0; i < head.size(); ++i) EXPECT_EQ(s.timesteps[i], head[i]) << i;
@@ -200,7 +200,7 @@ TEST(SamplingSchedule, WanMatchesReferenceTimesteps) {
 TEST(SamplingSchedule, RcmTimesFromReference) {
   // turbodiffusion.md §3 / wan21-and-rcm.md §6: sigma_max 80, 4 steps -> t = 0.9877, 0.9338, 0.8529, 0.6090, 0,
   // the network sees bf16(1000 t) = 988, 932, 852, 608.
-  const RcmSchedule s = rcm_schedule(4, 80.0);
+  const RcmSchedule s = rcm_schedule();  // defaults: 4 steps, sigma_max 80
   const std::vector<double> t{0.987654, 0.933781, 0.852895, 0.608979, 0.0}, ts{988, 932, 852, 608};
   ASSERT_EQ(s.times.size(), 5u);
   for (size_t i = 0; i < t.size(); ++i) EXPECT_NEAR(s.times[i], t[i], 1e-6) << i;
