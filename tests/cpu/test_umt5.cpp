@@ -21,6 +21,7 @@
 #include "models/umt5/umt5_encoder.h"
 #include "models/umt5/umt5_loader.h"
 #include "models/umt5/umt5_tokenizer.h"
+#include "ops/t5_attention.h"
 
 namespace td {
 namespace {
@@ -81,19 +82,22 @@ TEST(UMT5, RelativeBucketsMatchTransformers) {
 }
 
 TEST(UMT5, AttentionCoreMatchesDirectFormula) {
-  // Fresh random q, k, v, bias and padding masks at awkward sizes, against fp64
-  // softmax(q k^T + bias, over unmasked keys) v, no 1/sqrt(d) scaling.
+  // ops::t5_attention on fresh random q, k, v, bias table, buckets and padding
+  // masks at awkward sizes, against fp64 softmax(q k^T + bias, over unmasked
+  // keys) v, no 1/sqrt(d) scaling.
   auto& g = test::rng();
-  const int64_t B = 2, L = 37, H = 3, D = 5;
+  const int64_t B = 2, L = 37, H = 3, D = 5, NB = 7;
   const Tensor q = test::randn_tensor({B, L, H, D}, DType::F32), k = test::randn_tensor({B, L, H, D}, DType::F32),
-               v = test::randn_tensor({B, L, H, D}, DType::F32), bias = test::randn_tensor({H, L, L}, DType::F32, 2.f);
+               v = test::randn_tensor({B, L, H, D}, DType::F32), table = test::randn_tensor({NB, H}, DType::F32, 2.f);
+  std::vector<int32_t> buckets(size_t(2 * L - 1));
+  for (auto& x : buckets) x = int32_t(g() % NB);
   Tensor mask = Tensor::zeros({B, L}, DType::I64);
   std::vector<int64_t> lens = {1 + int64_t(g() % L), L};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < lens[size_t(b)]; ++j) mask.data<int64_t>()[b * L + j] = 1;
-  const Tensor out = t5_attention_host(q, k, v, bias, mask);
+  const Tensor out = ops::t5_attention(q, k, v, table, buckets, mask);
   std::vector<double> ref, got;
-  const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *bp = bias.data<float>();
+  const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *tp = table.data<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < L; ++i)
       for (int64_t h = 0; h < H; ++h) {
@@ -102,7 +106,7 @@ TEST(UMT5, AttentionCoreMatchesDirectFormula) {
         for (int64_t j = 0; j < lens[size_t(b)]; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += double(qp[((b * L + i) * H + h) * D + d]) * kp[((b * L + j) * H + h) * D + d];
-          s[size_t(j)] = dot + bp[(h * L + i) * L + j];
+          s[size_t(j)] = dot + tp[buckets[size_t(j - i + L - 1)] * H + h];
           mx = std::max(mx, s[size_t(j)]);
         }
         for (auto& x : s) sum += (x = std::exp(x - mx));
@@ -115,7 +119,9 @@ TEST(UMT5, AttentionCoreMatchesDirectFormula) {
       }
   TD_EXPECT_CLOSE(test::compare(got, ref), 1e-6, 0.999999);  // fp32 accumulation over <= 37 terms
   Tensor empty_mask = Tensor::zeros({B, L}, DType::I64);
-  EXPECT_TRUE(contains(error_of([&] { t5_attention_host(q, k, v, bias, empty_mask); }), "no unmasked token"));
+  EXPECT_TRUE(contains(error_of([&] { ops::t5_attention(q, k, v, table, buckets, empty_mask); }), "no unmasked token"));
+  buckets[3] = int32_t(NB);
+  EXPECT_TRUE(contains(error_of([&] { ops::t5_attention(q, k, v, table, buckets, mask); }), "rel_bucket[3] = 7"));
 }
 
 TEST(UMT5, CleanPromptAsWan) {

@@ -1,18 +1,23 @@
-// The umT5 encoder on CUDA (bf16 linears through cuBLASLt, CUDA norms and
-// activations; the attention core on the host, see umt5_encoder.h) against
+// The umT5 encoder on CUDA: the T5 attention kernel against its CPU
+// reference, then the forward (bf16 linears through cuBLASLt, CUDA norms,
+// activations and attention) against
 // transformers' fp32 UMT5EncoderModel (fixtures/umt5) and against the same
 // bf16 graph emulated on the host, then `encode-text --device cuda`.
 //
 // Tolerances: the host bf16 emulation is at ~8.5e-3 rel L2 from fp32
 // transformers on this fixture; the bar is the 2e-2. CUDA vs the
 // host emulation differ only in the rounding order inside the GEMMs and
-// kernels (bf16 outputs rounding differently near ties): 1e-2.
+// kernels (bf16 outputs rounding differently near ties): 1e-2. The attention
+// kernel on bf16 inputs against the fp32 reference on the same (bf16-exact)
+// inputs: fp32 math in both, so ~1e-6 with fp32 output and one bf16
+// rounding (~2e-3) with bf16 output.
 #include <filesystem>
 
 #include "harness/harness.h"
 #include "io/safetensors.h"
 #include "models/umt5/umt5_encoder.h"
 #include "models/umt5/umt5_loader.h"
+#include "ops/t5_attention.h"
 
 namespace td {
 namespace {
@@ -25,6 +30,36 @@ std::map<std::string, Tensor> read_map(const std::string& path) {
   std::map<std::string, Tensor> m;
   for (auto& [n, t] : io::read_safetensors(path).tensors) m[n] = t;
   return m;
+}
+
+TEST(UMT5Gpu, AttentionKernelMatchesCpu) {
+  TD_REQUIRE_GPU();
+  auto& g = test::rng();
+  // Awkward sizes: L not a multiple of the 128-thread block, D above 64, a
+  // short padded sample; and umT5-XXL's head shape at L = 512.
+  struct Case { int64_t B, L, H, D; };
+  for (const Case c : {Case{3, 301, 5, 80}, Case{1, 512, 64, 64}}) {
+    const int64_t NB = 32;
+    const Tensor q = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16, 0.3f),
+                 k = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16, 0.3f),
+                 v = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16),
+                 table = test::randn_tensor({NB, c.H}, DType::F32, 2.f);
+    std::vector<int32_t> buckets(size_t(2 * c.L - 1));
+    for (auto& x : buckets) x = int32_t(g() % NB);
+    Tensor mask = Tensor::zeros({c.B, c.L}, DType::I64);
+    for (int64_t b = 0; b < c.B; ++b) {
+      const int64_t n = b == 0 ? c.L : 1 + int64_t(g() % c.L);
+      for (int64_t j = 0; j < n; ++j) mask.data<int64_t>()[b * c.L + j] = 1;
+    }
+    const Tensor ref = ops::t5_attention(q, k, v, table, buckets, mask, DType::F32);
+    const Device dev = Device::cuda(0);
+    const Tensor qd = q.to(dev), kd = k.to(dev), vd = v.to(dev), table_d = table.to(dev);
+    Tensor out32 = ops::t5_attention(qd, kd, vd, table_d, buckets, mask, DType::F32);
+    Tensor out16 = ops::t5_attention(qd, kd, vd, table_d, buckets, mask);
+    ASSERT_TRUE(out32.device().is_cuda());
+    TD_EXPECT_CLOSE(test::compare(out32.to(Device::cpu()), ref), 1e-5, 0.99999);
+    TD_EXPECT_CLOSE(test::compare(out16.to(Device::cpu()), ref), 5e-3, 0.9999);
+  }
 }
 
 TEST(UMT5Gpu, Bf16ForwardMatchesTransformers) {

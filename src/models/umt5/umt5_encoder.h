@@ -5,14 +5,13 @@
 //                 softmax in fp32
 //              x += fc2(fc1(h) * gelu_tanh(gate(h))), h = RMSNorm2(x)
 //   out = RMSNorm(x)   (T5 RMSNorm: x * rsqrt(mean(x^2) + eps) * w, no mean, no bias)
-// Norms, linears and activations go through src/ops (CPU fp32 reference on
-// host tensors, CUDA kernels / cuBLASLt BF16 on device tensors). The attention
-// core (QK^T + bias + mask, softmax, PV) is computed here on the host; CUDA
-// runs copy q/k/v to the host for it (no CUDA attention with an additive bias
-// exists in src/ops yet), which is correct but slow.
+// Everything goes through src/ops: the CPU fp32 reference on host tensors,
+// the CUDA kernels / cuBLASLt BF16 on device tensors (the attention core is
+// ops::t5_attention, kernels/t5_attention).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "models/umt5/umt5_loader.h"
@@ -24,10 +23,8 @@ namespace td::models::umt5 {
 // logarithmic up to max_distance, computed in fp32 as HF does.
 int64_t relative_position_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance);
 
-// The attention core on host fp32 tensors. q, k, v: [B, L, H, d] (contiguous);
-// bias: [H, L, L] added to the scores; key_mask: [B, L] int64, 0 = padding key
-// (excluded, as HF's dtype-minimum fill does). Returns [B, L, H, d] f32.
-Tensor t5_attention_host(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& key_mask);
+// The 2L - 1 buckets of rel = key - query in [-(L - 1), L - 1], as ops::t5_attention takes them.
+std::vector<int32_t> relative_buckets(int64_t len, const UMT5Config& config);
 
 class UMT5Encoder {
  public:

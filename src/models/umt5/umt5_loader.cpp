@@ -270,7 +270,7 @@ UMT5Weights load_umt5(const std::string& path, const UMT5LoadOptions& o) {
     l.k = linear(p + "attn.k.weight");
     l.v = linear(p + "attn.v.weight");
     l.o = linear(p + "attn.o.weight");
-    l.relative_bias = place(t.at(p + "pos_embedding.embedding.weight"), DType::F32, Device::cpu());
+    l.relative_bias = norm(p + "pos_embedding.embedding.weight");  // f32 on the device, like the norms
     l.norm2 = norm(p + "norm2.weight");
     l.gate = linear(p + "ffn.gate.0.weight");
     l.fc1 = linear(p + "ffn.fc1.weight");

@@ -37,7 +37,7 @@ struct UMT5LoadOptions {
 
 struct UMT5Layer {
   Tensor norm1, q, k, v, o, norm2, gate, fc1, fc2;  // on the device: norms f32 [d_model], linears run dtype
-  Tensor relative_bias;                             // host f32 [num_buckets, num_heads]
+  Tensor relative_bias;                             // f32 [num_buckets, num_heads] on the device
 };
 
 struct UMT5Weights {
