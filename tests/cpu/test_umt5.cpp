@@ -134,6 +134,11 @@ TEST(UMT5, CleanPromptAsWan) {
   EXPECT_EQ(clean_prompt("AT&T &unknown; &"), "AT&T &unknown; &");
   EXPECT_EQ(clean_prompt("bad \xFF byte"), "bad \xFF byte");  // invalid UTF-8 kept as is
   EXPECT_EQ(clean_prompt(" \t "), "");
+  // Numeric references as Python's html.unescape reads them.
+  EXPECT_EQ(clean_prompt("&#128;&#150;"), "\xE2\x82\xAC\xE2\x80\x93");  // Windows-1252: euro sign, en dash
+  EXPECT_EQ(clean_prompt("&#1;x&#x7f;&#xfdd0;&#xFFFE;"), "x");               // forbidden code points dropped
+  EXPECT_EQ(clean_prompt("&#0;&#xD800;&#x110000;"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(clean_prompt("&#65;&#x42"), "AB");
 }
 
 TEST(UMT5, TokenizerIdsMatchFixture) {

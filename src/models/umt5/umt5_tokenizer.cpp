@@ -47,6 +47,24 @@ constexpr Entity kEntities[] = {
     {"euro", 0x20AC, false}, {"pound", 0xA3, true},     {"yen", 0xA5, true},       {"cent", 0xA2, true},
 };
 
+// Python's html.unescape rules for a numeric reference: the HTML5 table of
+// replaced references (NUL -> U+FFFD, CR -> CR, 0x80-0x9F read as
+// Windows-1252), surrogates and values past U+10FFFF -> U+FFFD, and the
+// noncharacters / C0-C1 controls HTML forbids dropped.
+void append_numeric_reference(std::string& out, uint64_t v) {
+  static constexpr uint16_t kCp1252[32] = {0x20AC, 0x81,   0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021,
+                                           0x02C6, 0x2030, 0x0160, 0x2039, 0x0152, 0x8D,   0x017D, 0x8F,
+                                           0x90,   0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
+                                           0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x9D,   0x017E, 0x0178};
+  if (v == 0) return append_utf8(out, 0xFFFD);
+  if (v == 0x0D) return append_utf8(out, 0x0D);
+  if (v >= 0x80 && v <= 0x9F) return append_utf8(out, kCp1252[v - 0x80]);
+  if (v >= 0x110000 || (v >= 0xD800 && v <= 0xDFFF)) return append_utf8(out, 0xFFFD);
+  const bool dropped = (v >= 0x1 && v <= 0x8) || v == 0xB || (v >= 0xE && v <= 0x1F) || (v >= 0x7F && v <= 0x9F) ||
+                       (v >= 0xFDD0 && v <= 0xFDEF) || (v & 0xFFFE) == 0xFFFE;
+  if (!dropped) append_utf8(out, uint32_t(v));
+}
+
 bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 // One pass of HTML character-reference decoding.
@@ -74,9 +92,7 @@ std::string html_unescape(std::string_view s) {
       }
       if (digits > 0) {
         if (j < s.size() && s[j] == ';') ++j;
-        // Invalid code points (NUL, surrogates, beyond U+10FFFF) become U+FFFD as in Python.
-        const bool bad = v == 0 || v >= 0x110000 || (v >= 0xD800 && v <= 0xDFFF);
-        append_utf8(out, bad ? 0xFFFD : uint32_t(v));
+        append_numeric_reference(out, v);
         i = j;
         continue;
       }

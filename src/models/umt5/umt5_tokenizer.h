@@ -26,9 +26,12 @@ namespace td::models::umt5 {
 // whitespace (Python's Unicode \s: ASCII space/controls, U+0085, U+00A0,
 // U+1680, U+2000-U+200A, U+2028/9, U+202F, U+205F, U+3000, U+001C-U+001F)
 // becomes one space, then strip. The unescape handles numeric references
-// (&#NN; &#xHH;) and the common named entities (amp lt gt quot apos nbsp and
-// typographic ones; the legacy amp/lt/gt/quot/nbsp/copy/reg also without ';').
-// Not done: ftfy's mojibake and Unicode repair, and the ~2200 rarer HTML5 names.
+// (&#NN; &#xHH;, with Python's replacements: Windows-1252 for 0x80-0x9F,
+// U+FFFD for NUL/surrogates/out of range, forbidden controls and
+// noncharacters dropped) and the common named entities (amp lt gt quot apos
+// nbsp, typographic and a few Latin-1 ones; the legacy ones also without ';').
+// Not done: ftfy's mojibake and Unicode repair (ftfy.fix_text), and the ~2200
+// rarer HTML5 entity names, which stay as written.
 std::string clean_prompt(std::string_view text);
 
 struct TokenizedBatch {
