@@ -16,6 +16,8 @@ const std::vector<KernelFamily>& kernel_families() {
     f.push_back({"rope", "Q/K RMSNorm over the model dim fused with Wan's 3-D RoPE", false, smoke::rope_family});
     f.push_back({"attention", "exact attention: cuDNN fused SDPA (when linked) and the portable flash kernel", false,
                  smoke::attention_family});
+    f.push_back({"t5_attention", "umT5 encoder attention with relative-position bias and key mask", false,
+                 smoke::t5_attention_family});
     return f;
   }();
   return families;

@@ -9,6 +9,7 @@
 #include "kernels/quant/quant_token128.h"
 #include "kernels/rope/qk_norm_rope.h"
 #include "kernels/rope/rope_tables.h"
+#include "kernels/t5_attention/t5_attention.h"
 #include "ops/common.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -220,11 +221,38 @@ Results attention_family(int device) {
   return out;
 }
 
+Results t5_attention_family(int device) {
+  const Device gpu = Device::cuda(device);
+  const int64_t B = 1, L = 33, H = 2, D = 16, buckets = 8;
+  Tensor q = host_randn({B, L, H, D}, DType::F32, 51), k = host_randn({B, L, H, D}, DType::F32, 52),
+         v = host_randn({B, L, H, D}, DType::F32, 53), table = host_randn({buckets, H}, DType::F32, 54);
+  Tensor bucket = Tensor::empty({2 * L - 1}, DType::I32), mask = Tensor::empty({B, L}, DType::I32);
+  for (int64_t i = 0; i < 2 * L - 1; ++i) bucket.data<int32_t>()[i] = int32_t((i * 5) % buckets);
+  for (int64_t j = 0; j < L; ++j) mask.data<int32_t>()[j] = j < L - 3;  // the last keys are padding
+  Results out;
+  out.push_back({"t5_attention", guarded([&] {
+    Tensor ref = Tensor::empty({B, L, H, D}, DType::F32);
+    kernels::T5AttentionArgs a{q.raw_data(), k.raw_data(), v.raw_data(), kernels::ElemType::F32, table.data<float>(),
+                               bucket.data<int32_t>(), mask.data<int32_t>(), ref.raw_data(), kernels::ElemType::F32,
+                               B, L, H, D, buckets};
+    check_status(kernels::t5_attention_cpu(a), "t5_attention", "cpu");
+    Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu), tg = table.to(gpu), bg = bucket.to(gpu), mg = mask.to(gpu);
+    Tensor o = Tensor::empty({B, L, H, D}, DType::F32, gpu);
+    kernels::T5AttentionArgs g{qg.raw_data(), kg.raw_data(), vg.raw_data(), kernels::ElemType::F32, tg.data<float>(),
+                               bg.data<int32_t>(), mg.data<int32_t>(), o.raw_data(), kernels::ElemType::F32,
+                               B, L, H, D, buckets};
+    check_status(kernels::t5_attention_cuda(g, cuda::current_stream()), "t5_attention", "cuda");
+    return compare(o, ref, 1e-5);
+  })});
+  return out;
+}
+
 #else
 // Without CUDA there is nothing to smoke-test: doctor lists no GPU.
 Results quant_family(int) { return {}; }
 Results rope_family(int) { return {}; }
 Results attention_family(int) { return {}; }
+Results t5_attention_family(int) { return {}; }
 #endif
 
 }  // namespace td::ops::smoke

@@ -32,5 +32,6 @@ Results elementwise_family(int device);
 Results quant_family(int device);
 Results rope_family(int device);
 Results attention_family(int device);
+Results t5_attention_family(int device);
 
 }  // namespace td::ops::smoke
