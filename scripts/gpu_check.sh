@@ -6,6 +6,7 @@
 #   log.txt (everything printed), results.json (doctor + every bench's JSON),
 #   gpu_tests.json / cpu_tests.json (gtest reports), and prints a summary last.
 #   scripts/gpu_check.sh [bundle-dir] [bench-filter-regex]
+#   env: GTEST_FILTER (GPU test subset), SKIP_CPU_TESTS=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${1:-.gpu_bundle}
@@ -77,12 +78,14 @@ if [ -x "$BUNDLE/turbodiff_gpu_tests" ]; then
   SUMMARY+=("GPU test suites: $pass passed, $fail failed:$failed_suites")
 fi
 
-section "CPU tests"
-"$BUNDLE/turbodiff_tests" --gtest_brief=1 --gtest_output=json:"$OUT/cpu_tests.json" > "$OUT/cpu_tests.log" 2>&1
-rc=$?
-tail -5 "$OUT/cpu_tests.log" >> "$LOG"
-SUMMARY+=("CPU tests: exit $rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cpu_tests.log" | tr '\n' ' ')")
-rm -f "$OUT/cpu_tests.log"
+if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
+  section "CPU tests"
+  "$BUNDLE/turbodiff_tests" --gtest_brief=1 --gtest_output=json:"$OUT/cpu_tests.json" > "$OUT/cpu_tests.log" 2>&1
+  rc=$?
+  tail -5 "$OUT/cpu_tests.log" >> "$LOG"
+  SUMMARY+=("CPU tests: exit $rc, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/cpu_tests.log" | tr '\n' ' ')")
+  rm -f "$OUT/cpu_tests.log"
+fi
 
 for b in "$BUNDLE"/bench/bench_*; do
   [ -x "$b" ] || continue
