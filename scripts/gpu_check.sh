@@ -69,7 +69,7 @@ if [ -x "$BUNDLE/turbodiff_gpu_tests" ]; then
   section "GPU tests"
   # One process per test suite: a kernel fault leaves the CUDA context unusable,
   # and would otherwise fail every test that runs after it.
-  suites=$("$BUNDLE/turbodiff_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} | grep -E '^[^ ]' | sed 's/\.$//')
+  suites=$("$BUNDLE/turbodiff_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} | grep -E '^[^ ].*\.$' | sed 's/\.$//')
   pass=0; fail=0; failed_suites=""
   for s in $suites; do
     timeout 300 "$BUNDLE/turbodiff_gpu_tests" --gtest_filter="$s.*" >> "$LOG" 2>&1
