@@ -14,6 +14,14 @@ cp "$BUILD/tests/turbodiff_tests" .gpu_bundle/
 for b in "$BUILD"/bench/bench_*; do
   [ -x "$b" ] && [ -f "$b" ] && cp "$b" .gpu_bundle/bench/
 done
+# Shared libraries from this machine's Debian packages that the GPU machine's
+# image may hold in another, ABI-incompatible version (seen: libsentencepiece.so.0
+# there returned garbage ids). gpu_check.sh puts .gpu_bundle/lib first on the
+# loader path. CUDA libraries are not carried: the GPU machine's own match its driver.
+mkdir -p .gpu_bundle/lib
+for lib in $(ldd "$BUILD/turbodiff" | awk '/=> \// {print $3}' | grep -E 'libsentencepiece'); do
+  cp -L "$lib" .gpu_bundle/lib/
+done
 strip --strip-debug .gpu_bundle/turbodiff .gpu_bundle/turbodiff_* .gpu_bundle/bench/* 2>/dev/null || true
 du -sh .gpu_bundle
 # The binaries each carry every kernel; compressed they travel in a fraction

@@ -35,6 +35,8 @@ print(":".join(dirs))
 PY
 )
 [ -n "$extra" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$extra"
+# Libraries carried with the bundle (scripts/gpu_bundle.sh) come first.
+[ -d "$BUNDLE/lib" ] && export LD_LIBRARY_PATH="$(cd "$BUNDLE/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 declare -a SUMMARY
 RESULTS="$OUT/results.json.parts"
 : > "$RESULTS"
