@@ -1,0 +1,83 @@
+// SLA (sparse-linear attention) as TurboDiffusion vendors it (thu-ml/SLA main,
+// reference: shared/reference/attention-kernels.md §3.2, §4 and
+// turbodiffusion.md §2). Self-attention only: Q, K, V share len tokens.
+//
+//   1. Block selection. K is smoothed by its mean over tokens (per batch, head);
+//      Q and smoothed K are mean-pooled over blocks of block_q / block_k tokens
+//      (a last partial block is the mean of the tokens it has). Pooled scores
+//      pool(Q)·pool(K)ᵀ, unscaled and without softmax (only the ranking
+//      matters). Each query block keeps the top n_sel key blocks,
+//      n_sel = clamp(floor(topk · KB), 1, KB) with KB = ceil(len / block_k).
+//      TurboDiffusion's int() would give 0 blocks for topk · KB < 1 (and the
+//      sparse branch then divides by zero); we keep at least one, as
+//      TurboT2AV's adapter does.
+//      Ties: equal pooled scores rank the lower key-block index first. The LUT
+//      lists a query block's selected key blocks by descending score (as
+//      torch.topk returns them), and the map is 1 where a block is selected.
+//   2. Sparse branch: exact softmax attention (scale, max subtracted) of each
+//      query over the tokens of its block's selected key blocks; LSE = ln Σ exp.
+//   3. Linear branch over ALL keys (SLA main computes it globally, selected
+//      blocks included; the paper's "marginal blocks only" is the SLA-1 branch):
+//      φ = softmax over head_dim (or elu+1, relu), the same φ for Q and K,
+//      o_l = φ(Q)(φ(K)ᵀV) / (φ(Q)·Σφ(K) + 1e-5).
+//   4. o = o_s + proj_l(o_l), proj_l a Linear(head_dim, head_dim): W [out, in], b [out].
+//
+// TurboDiffusion's block sizes: `sla` inference 128 x 64 (q x k), `sagesla`
+// 64 x 128 on sm90 and 128 x 64 elsewhere, SLA training 64 x 64.
+//
+// This is the fp32 CPU reference (the kernel style: raw pointers, a Status;
+// reason in sla_last_error()). Everything is fp32 with fp64 row sums;
+// multi-threaded over (batch, head) with td::parallel_for. Inputs and outputs
+// are fp32 with AttnStrides (channels contiguous); block map / LUT / LSE are
+// contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+#include "kernels/status.h"
+
+namespace td::kernels {
+
+enum class SlaFeatureMap { Softmax, Elu, Relu };
+
+struct SlaProblem {
+  int64_t batch = 0, heads = 0, len = 0, head_dim = 0;
+  AttnStrides q, k, v, o;
+  float scale = 0;              // softmax scale of the sparse branch, usually 1/sqrt(head_dim)
+  int64_t block_q = 128, block_k = 64;
+  double topk = 0.1;            // fraction of key blocks kept, in (0, 1]
+  SlaFeatureMap feature_map = SlaFeatureMap::Softmax;
+
+  int64_t query_blocks() const { return (len + block_q - 1) / block_q; }
+  int64_t key_blocks() const { return (len + block_k - 1) / block_k; }
+};
+
+// Key blocks each query block keeps: clamp(floor(topk * key_blocks), 1, key_blocks).
+int64_t sla_selected_blocks(double topk, int64_t key_blocks);
+
+// Positive sizes, block sizes, strides, a finite positive scale, topk in (0, 1].
+Status sla_check(const SlaProblem& p);
+const char* sla_last_error();
+
+// Block selection. block_map: uint8 [B, H, QB, KB] (0/1), may be null;
+// lut: int32 [B, H, QB, n_sel] (key-block indices by descending score), may be null.
+Status sla_block_map_cpu(const SlaProblem& p, const float* q, const float* k, uint8_t* block_map, int32_t* lut);
+
+// Sparse branch with the given LUT (n_sel entries per query block, each a key
+// block index in [0, KB)). Writes o (p.o strides) and, if non-null, lse
+// [B, H, len] (natural log).
+Status sla_sparse_cpu(const SlaProblem& p, const float* q, const float* k, const float* v, const int32_t* lut,
+                      int64_t n_sel, float* o, float* lse);
+
+// Linear branch before proj_l: o_l into o (p.o strides).
+Status sla_linear_cpu(const SlaProblem& p, const float* q, const float* k, const float* v, float* o);
+
+// The whole layer: o = o_s + proj_l(o_l). proj_weight [D, D] (out, in) and
+// proj_bias [D] fp32; both null means proj_l = 0 (an untrained SLA layer,
+// whose proj_l TurboDiffusion zero-initialises). block_map / lut / lse may be null.
+Status sla_cpu(const SlaProblem& p, const float* q, const float* k, const float* v, const float* proj_weight,
+               const float* proj_bias, float* o, uint8_t* block_map = nullptr, int32_t* lut = nullptr,
+               float* lse = nullptr);
+
+}  // namespace td::kernels
