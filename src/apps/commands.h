@@ -18,5 +18,6 @@ void register_dit(CLI::App& app, Commands& cmds);
 void register_vae(CLI::App& app, Commands& cmds);
 void register_quantize(CLI::App& app, Commands& cmds);
 void register_encode_text(CLI::App& app, Commands& cmds);
+void register_generate(CLI::App& app, Commands& cmds);
 
 }  // namespace td::app

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   td::app::register_vae(app, cmds);
   td::app::register_quantize(app, cmds);
   td::app::register_encode_text(app, cmds);
+  td::app::register_generate(app, cmds);
 
   try {
     app.parse(argc, argv);
