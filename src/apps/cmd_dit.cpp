@@ -24,6 +24,7 @@ struct DitOptions {
   std::string device = "auto";  // auto: cuda when a GPU is usable, else cpu
   std::string dtype = "auto";   // auto: f32 on cpu, bf16 on cuda
   std::string attention = "original";
+  double sla_topk = 0.1;  // TurboDiffusion's --sla_topk default
   bool quant_linear = false;
   std::string int8_variant;  // "" = nn::kDefaultInt8LinearVariant
   int repeat = 1;  // forwards to time (the output is the last one's)
@@ -31,9 +32,6 @@ struct DitOptions {
 
 int run_dit(const DitOptions& o) {
   // Switches first: a request that cannot run fails before anything is loaded.
-  if (o.attention == "sla" || o.attention == "sagesla")
-    fail(ErrorKind::Unsupported, "--attention ", o.attention,
-         " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
   if (!o.int8_variant.empty() && !o.quant_linear)
     fail(ErrorKind::Usage, "--int8-variant ", o.int8_variant,
          " only applies with --quant-linear (without it the linears run in the float run dtype)");
@@ -41,7 +39,9 @@ int run_dit(const DitOptions& o) {
                                               : nn::parse_int8_linear_variant(o.int8_variant);
   if (!variant)
     fail(ErrorKind::Usage, "--int8-variant ", o.int8_variant, ": expected token128, block128 or post-scale");
-  if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla are not implemented yet)");
+  if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla run only on the CPU so far)");
+  const std::string attention_name = o.attention == "auto" ? std::string("original") : o.attention;
+  const nn::AttentionKind attention = *nn::parse_attention_kind(attention_name);
 
   const bool gpu = cuda::device_count() > 0;
   const std::string device_name = o.device == "auto" ? (gpu ? "cuda" : "cpu") : o.device;
@@ -50,6 +50,10 @@ int run_dit(const DitOptions& o) {
   const Device device = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   const std::string dtype_str = o.dtype == "auto" ? (device.is_cuda() ? "bf16" : "f32") : o.dtype;
   const DType dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
+  if (attention != nn::AttentionKind::Original && device.is_cuda())
+    fail(ErrorKind::Unsupported, "--attention ", attention_name,
+         " on CUDA: SLA on CUDA not implemented yet (issue 6); use --device cpu (the fp32 SLA reference) or "
+         "--attention original");
   if (device.is_cuda() && dtype == DType::F32)
     fail(ErrorKind::Unsupported,
          "--dtype f32 on CUDA: the GPU attention kernels (cuDNN, flash) take bf16; use --dtype bf16 on CUDA, or "
@@ -84,7 +88,10 @@ int run_dit(const DitOptions& o) {
                            " INT8 from the checkpoint, ", ck.int8_quantized_at_load, " quantized at load)")
       : ck.int8_dequantized ? std::string("dequantized at load")
                             : std::string("none");
-  const models::wan::WanDiT model(std::move(ck), nn::AttentionKind::Original);
+  if (attention != nn::AttentionKind::Original && !ck.has_proj_l)
+    log_info("--attention ", attention_name, ": the checkpoint has no SLA proj_l; running with proj_l = 0 (the "
+             "zero initialisation of an untrained TurboDiffusion SLA layer)");
+  const models::wan::WanDiT model(std::move(ck), attention, o.sla_topk);
   try {
     model.check_inputs(inputs["latent"], inputs["timestep"], inputs["context"]);
   } catch (const Error& e) {
@@ -106,7 +113,8 @@ int run_dit(const DitOptions& o) {
       {"checkpoint", description},
       {"device", device.str()},
       {"dtype", dtype_name(dtype)},
-      {"attention", "original"},
+      {"attention", attention == nn::AttentionKind::Original ? attention_name
+                                                             : cat(attention_name, " topk ", o.sla_topk)},
       {"int8_weights", int8_weights}};
   io::write_safetensors(o.out, {{"velocity", velocity}}, meta);
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
@@ -117,10 +125,10 @@ int run_dit(const DitOptions& o) {
     std::sort(rest.begin(), rest.end());
     timing += cat(" first, ", rest[rest.size() / 2], " s median of the next ", rest.size());
   }
-  std::printf("velocity %s written to %s (%s; %s %s, attention original, linears %s; load %.2f s, %s)\n",
+  std::printf("velocity %s written to %s (%s; %s %s, attention %s, linears %s; load %.2f s, %s)\n",
               shape_str(velocity.shape()).c_str(), o.out.c_str(), model.config().variant.c_str(),
-              device.str().c_str(), dtype_name(dtype), o.quant_linear ? int8_weights.c_str() : "float", load_s,
-              timing.c_str());
+              device.str().c_str(), dtype_name(dtype), meta.at("attention").c_str(),
+              o.quant_linear ? int8_weights.c_str() : "float", load_s, timing.c_str());
   return 0;
 }
 
@@ -147,8 +155,12 @@ void register_dit(CLI::App& app, Commands& cmds) {
   sub->add_option("--dtype", o->dtype, "run dtype of the matmuls: f32 (CPU reference) or bf16 (default: f32 on cpu, "
                                        "bf16 on cuda)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
-  sub->add_option("--attention", o->attention, "original (exact), sla or sagesla (not implemented yet), auto")
+  sub->add_option("--attention", o->attention,
+                  "original (exact), sla or sagesla (CPU only so far: the fp32 SLA reference, blocks 128x64 for "
+                  "sla and 64x128 for sagesla, no quantization), auto (= original)")
       ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
+  sub->add_option("--sla-topk", o->sla_topk, "sla / sagesla: fraction of key blocks kept per query block (default 0.1)")
+      ->check(CLI::Range(1e-6, 1.0));
   sub->add_flag("--quant-linear", o->quant_linear,
                 "W8A8 INT8 block linears (q, k, v, o, ffn): TurboDiffusion INT8 weights as they are, float weights "
                 "quantized at load");

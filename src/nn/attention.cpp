@@ -2,6 +2,7 @@
 
 #include "ops/attention.h"
 #include "ops/norm.h"
+#include "ops/sla.h"
 
 namespace td::nn {
 namespace {
@@ -32,12 +33,15 @@ std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
 }
 
 Tensor SelfAttention::operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const {
-  TD_CHECK(kind == AttentionKind::Original, Unsupported, "self-attention '", attention_kind_name(kind),
-           "' is not implemented yet (SLA and SageSLA: issue 6); use --attention original");
   TD_CHECK(x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", x.desc());
   const Tensor qp = q(x), kp = k(x), vp = v(x);
   const ops::QK qk = ops::qk_norm_rope(qp, kp, norm_q, norm_k, rope_tables, grid, heads, eps);
-  const Tensor a = ops::attention(qk.q, qk.k, split_heads(vp, heads));
+  if (kind == AttentionKind::Original) return o(merge_heads(ops::attention(qk.q, qk.k, split_heads(vp, heads))));
+  ops::SlaOptions so;
+  so.topk = sla_topk;
+  so.block_q = kind == AttentionKind::SageSLA ? 64 : 128;
+  so.block_k = kind == AttentionKind::SageSLA ? 128 : 64;
+  const Tensor a = ops::sla(qk.q, qk.k, split_heads(vp, heads), proj_l_weight, proj_l_bias, so);
   return o(merge_heads(a));
 }
 

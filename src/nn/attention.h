@@ -30,6 +30,12 @@ struct SelfAttention {
   int64_t heads = 0;
   float eps = 1e-6f;
   AttentionKind kind = AttentionKind::Original;
+  // sla / sagesla: fraction of key blocks kept per query block (TurboDiffusion's
+  // --sla_topk, default 0.1). Blocks: sla 128 x 64 (q x k), sagesla 64 x 128 (its
+  // sm90 tiles). On the host both run the fp32 SLA reference (ops::sla): SageSLA's
+  // INT8 Q/K and FP8 V quantization is a detail of its GPU kernel, not modelled.
+  // An undefined proj_l runs as proj_l = 0, as TurboDiffusion zero-initialises it.
+  double sla_topk = 0.1;
 
   // x: [B, L, dim] with L = grid.tokens(); rope_tables: ops::rope_tables(head_dim,
   // grid, x's device). Returns [B, L, dim] in x's dtype.

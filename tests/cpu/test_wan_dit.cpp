@@ -510,12 +510,11 @@ TEST(DitCli, BadInputsAndSwitchesFailClearly) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.err, "channels")) << r.err;
 
-  // Switches that are not implemented: Unsupported, never a silent fallback.
+  // SLA's top-k fraction outside (0, 1]: a usage error (SLA itself: tests/cpu/test_sla.cpp).
   const std::string ok_in = " --inputs " + fixture("t2v/inputs.safetensors") + " --out " + out + " --device cpu";
-  for (const char* sw : {"--attention sla", "--attention sagesla"}) {
+  for (const char* sw : {"--attention sla --sla-topk 0", "--attention sagesla --sla-topk 1.5"}) {
     r = test::run_cli("dit" + w + ok_in + " " + sw);
-    EXPECT_EQ(r.exit_code, 1) << sw;
-    EXPECT_TRUE(contains(r.err, "not implemented")) << sw << ": " << r.err;
+    EXPECT_EQ(r.exit_code, 2) << sw << ": " << r.err;
   }
   if (!test::gpu_available()) {
     r = test::run_cli("dit" + w + " --inputs " + fixture("t2v/inputs.safetensors") + " --out " + out + " --device cuda");

@@ -115,12 +115,17 @@ Tensor wan_time_sinusoid(const Tensor& timestep, int64_t dim) {
   return out;
 }
 
-WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
+WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention, double sla_topk)
     : config_(ck.config), attention_(attention), has_proj_l_(ck.has_proj_l), int8_variant_(ck.int8_variant) {
-  TD_CHECK(attention == nn::AttentionKind::Original, Unsupported, "--attention ", nn::attention_kind_name(attention),
-           " is not implemented yet (SLA and SageSLA: issue 6); --attention original runs exact attention");
   auto& ts = ck.tensors;
   device_ = ts.at("patch_embedding.weight").device();
+  if (attention != nn::AttentionKind::Original) {
+    TD_CHECK(device_.is_cpu(), Unsupported, "--attention ", nn::attention_kind_name(attention),
+             ": SLA on CUDA not implemented yet (issue 6); the model is on ", device_.str(),
+             ". Run on --device cpu, or use --attention original");
+    TD_CHECK(sla_topk > 0 && sla_topk <= 1, Usage, "--sla-topk ", sla_topk,
+             ": expected the fraction of key blocks kept, in (0, 1]");
+  }
   dtype_ = ts.at("patch_embedding.weight").dtype();
   patch_embedding_ = take_linear(ts, "patch_embedding");
   text_embedding_0_ = take_linear(ts, "text_embedding.0");
@@ -150,6 +155,7 @@ WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention)
     sa.heads = config_.num_heads;
     sa.eps = eps;
     sa.kind = attention;
+    sa.sla_topk = sla_topk;
     blk.norm3 = {take(ts, b + "norm3.weight"), take(ts, b + "norm3.bias"), eps};
     auto& ca = blk.cross_attn;
     ca.q = take_block_linear(ck, b + "cross_attn.q");

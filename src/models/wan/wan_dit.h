@@ -44,9 +44,12 @@ struct WanBlock {
 class WanDiT {
  public:
   // Takes the loaded tensors (moved out of the checkpoint). `attention` selects
-  // the self-attention variant; sla / sagesla are not implemented yet and are
-  // an Unsupported error here, not a fallback.
-  explicit WanDiT(WanCheckpoint checkpoint, nn::AttentionKind attention = nn::AttentionKind::Original);
+  // the self-attention variant; sla / sagesla (with sla_topk, the fraction of
+  // key blocks kept) run the SLA reference on the host (nn::SelfAttention) and
+  // are an Unsupported error on CUDA (issue 6). A checkpoint without proj_l
+  // runs SLA with proj_l = 0 (TurboDiffusion's zero initialisation).
+  explicit WanDiT(WanCheckpoint checkpoint, nn::AttentionKind attention = nn::AttentionKind::Original,
+                  double sla_topk = 0.1);
 
   // latent [B, in_dim, T, H, W] (T, H, W multiples of the patch size), timestep
   // [B] (one per sample, in [0, 1000]), context [B, Lc, text_dim]; any float
