@@ -11,9 +11,12 @@
 //      TurboDiffusion's int() would give 0 blocks for topk · KB < 1 (and the
 //      sparse branch then divides by zero); we keep at least one, as
 //      TurboT2AV's adapter does.
+//      (The partial-block mean divides by the tokens present, as SLA's
+//      compress_kernel does with nx = min(BLOCK_L, L - start).)
 //      Ties: equal pooled scores rank the lower key-block index first. The LUT
-//      lists a query block's selected key blocks by descending score (as
-//      torch.topk returns them), and the map is 1 where a block is selected.
+//      lists a query block's selected key blocks by descending score (SLA calls
+//      torch.topk(sorted=False), so its order is unspecified; the sparse
+//      result does not depend on it), and the map is 1 where a block is selected.
 //   2. Sparse branch: exact softmax attention (scale, max subtracted) of each
 //      query over the tokens of its block's selected key blocks; LSE = ln Σ exp.
 //   3. Linear branch over ALL keys (SLA main computes it globally, selected
