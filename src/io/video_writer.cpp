@@ -1,5 +1,6 @@
 #include "io/video_writer.h"
 
+#include <dlfcn.h>
 #include <png.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 extern "C" {
@@ -124,9 +126,67 @@ void write_png(const std::string& path, const uint8_t* rgb, int64_t w, int64_t h
   if (std::fclose(f) != 0) fail(ErrorKind::Io, "cannot finish writing ", path, ": ", std::strerror(errno));
 }
 
+
+// FFmpeg is opened at run time (dlopen), not linked: the binaries then start
+// on machines without FFmpeg (the GPU test machine's image has another FFmpeg
+// ABI or none), and only MP4 output needs it. The sonames follow the major
+// versions of the headers this was built with, so the ABI matches them.
+struct FFmpeg {
+#define TD_FF(name) decltype(&::name) name = nullptr
+  TD_FF(avformat_alloc_output_context2); TD_FF(avformat_new_stream); TD_FF(avio_open); TD_FF(avio_closep);
+  TD_FF(avformat_write_header); TD_FF(av_interleaved_write_frame); TD_FF(av_write_trailer);
+  TD_FF(avformat_free_context);
+  TD_FF(avcodec_find_encoder_by_name); TD_FF(avcodec_find_encoder); TD_FF(avcodec_alloc_context3);
+  TD_FF(avcodec_open2); TD_FF(avcodec_parameters_from_context); TD_FF(av_packet_alloc); TD_FF(av_packet_free);
+  TD_FF(avcodec_send_frame); TD_FF(avcodec_receive_packet); TD_FF(av_packet_rescale_ts);
+  TD_FF(avcodec_free_context);
+  TD_FF(av_opt_set); TD_FF(av_frame_alloc); TD_FF(av_frame_free); TD_FF(av_frame_get_buffer);
+  TD_FF(av_frame_make_writable); TD_FF(av_strerror); TD_FF(av_log_set_level);
+  TD_FF(sws_getContext); TD_FF(sws_scale); TD_FF(sws_freeContext);
+#undef TD_FF
+  std::string error;  // why it could not be loaded; "" when loaded
+};
+
+const FFmpeg& ffmpeg() {
+  static const FFmpeg ff = [] {
+    FFmpeg f;
+    auto open = [&f](const std::string& soname) -> void* {
+      void* h = ::dlopen(soname.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      if (!h && f.error.empty()) f.error = cat("cannot load ", soname, " (", ::dlerror(), ")");
+      return h;
+    };
+    void* avutil = open(cat("libavutil.so.", LIBAVUTIL_VERSION_MAJOR));
+    void* swscale = open(cat("libswscale.so.", LIBSWSCALE_VERSION_MAJOR));
+    void* avcodec = open(cat("libavcodec.so.", LIBAVCODEC_VERSION_MAJOR));
+    void* avformat = open(cat("libavformat.so.", LIBAVFORMAT_VERSION_MAJOR));
+    if (!f.error.empty()) return f;
+    auto get = [&f](void* h, const char* name, auto& fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(h, name));
+      if (!fn && f.error.empty()) f.error = cat("FFmpeg library has no symbol ", name);
+    };
+#define TD_GET(lib, name) get(lib, #name, f.name)
+    TD_GET(avformat, avformat_alloc_output_context2); TD_GET(avformat, avformat_new_stream);
+    TD_GET(avformat, avio_open); TD_GET(avformat, avio_closep); TD_GET(avformat, avformat_write_header);
+    TD_GET(avformat, av_interleaved_write_frame); TD_GET(avformat, av_write_trailer);
+    TD_GET(avformat, avformat_free_context);
+    TD_GET(avcodec, avcodec_find_encoder_by_name); TD_GET(avcodec, avcodec_find_encoder);
+    TD_GET(avcodec, avcodec_alloc_context3); TD_GET(avcodec, avcodec_open2);
+    TD_GET(avcodec, avcodec_parameters_from_context); TD_GET(avcodec, av_packet_alloc);
+    TD_GET(avcodec, av_packet_free); TD_GET(avcodec, avcodec_send_frame); TD_GET(avcodec, avcodec_receive_packet);
+    TD_GET(avcodec, av_packet_rescale_ts); TD_GET(avcodec, avcodec_free_context);
+    TD_GET(avutil, av_opt_set); TD_GET(avutil, av_frame_alloc); TD_GET(avutil, av_frame_free);
+    TD_GET(avutil, av_frame_get_buffer); TD_GET(avutil, av_frame_make_writable); TD_GET(avutil, av_strerror);
+    TD_GET(avutil, av_log_set_level);
+    TD_GET(swscale, sws_getContext); TD_GET(swscale, sws_scale); TD_GET(swscale, sws_freeContext);
+#undef TD_GET
+    return f;
+  }();
+  return ff;
+}
+
 std::string av_error(int code) {
   char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(code, buf, sizeof buf);
+  ffmpeg().av_strerror(code, buf, sizeof buf);
   return buf;
 }
 
@@ -139,23 +199,23 @@ struct Mp4Encoder {
   SwsContext* sws = nullptr;
   bool opened_io = false;
   ~Mp4Encoder() {
-    sws_freeContext(sws);
-    av_packet_free(&packet);
-    av_frame_free(&frame);
-    avcodec_free_context(&codec);
-    if (fmt && opened_io) avio_closep(&fmt->pb);
-    avformat_free_context(fmt);
+    ffmpeg().sws_freeContext(sws);
+    ffmpeg().av_packet_free(&packet);
+    ffmpeg().av_frame_free(&frame);
+    ffmpeg().avcodec_free_context(&codec);
+    if (fmt && opened_io) ffmpeg().avio_closep(&fmt->pb);
+    ffmpeg().avformat_free_context(fmt);
   }
 };
 
 void drain(Mp4Encoder& e, AVStream* stream, const std::string& path) {
   for (;;) {
-    int r = avcodec_receive_packet(e.codec, e.packet);
+    int r = ffmpeg().avcodec_receive_packet(e.codec, e.packet);
     if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
     if (r < 0) fail(ErrorKind::Io, "H.264 encoder failed on ", path, ": ", av_error(r));
-    av_packet_rescale_ts(e.packet, e.codec->time_base, stream->time_base);
+    ffmpeg().av_packet_rescale_ts(e.packet, e.codec->time_base, stream->time_base);
     e.packet->stream_index = stream->index;
-    r = av_interleaved_write_frame(e.fmt, e.packet);
+    r = ffmpeg().av_interleaved_write_frame(e.fmt, e.packet);
     if (r < 0) fail(ErrorKind::Io, "cannot write a packet to ", path, ": ", av_error(r));
   }
 }
@@ -163,16 +223,19 @@ void drain(Mp4Encoder& e, AVStream* stream, const std::string& path) {
 void write_mp4(const std::string& tmp, const std::string& path, const Tensor& video, int fps,
                const std::function<void(int64_t)>& on_frame) {
   const int64_t frames = video.shape()[1], h = video.shape()[2], w = video.shape()[3];
+  if (!ffmpeg().error.empty())
+    fail(ErrorKind::Unsupported, "MP4 output ", path, " needs FFmpeg's libraries (Debian libavformat59, libavcodec59, "
+         "libswscale6): ", ffmpeg().error, "; a %04d.png frame pattern works without them");
   // libx264 prints its settings and statistics at the default level; only errors matter here.
-  av_log_set_level(AV_LOG_ERROR);
+  ffmpeg().av_log_set_level(AV_LOG_ERROR);
   Mp4Encoder e;
-  int r = avformat_alloc_output_context2(&e.fmt, nullptr, "mp4", tmp.c_str());
+  int r = ffmpeg().avformat_alloc_output_context2(&e.fmt, nullptr, "mp4", tmp.c_str());
   if (r < 0 || !e.fmt) fail(ErrorKind::Io, "FFmpeg has no mp4 muxer for ", path, ": ", av_error(r));
-  const AVCodec* codec = avcodec_find_encoder_by_name("libx264");
-  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
+  const AVCodec* codec = ffmpeg().avcodec_find_encoder_by_name("libx264");
+  if (!codec) codec = ffmpeg().avcodec_find_encoder(AV_CODEC_ID_H264);
   if (!codec) fail(ErrorKind::Unsupported, "this FFmpeg has no H.264 encoder (libx264) for ", path);
-  AVStream* stream = avformat_new_stream(e.fmt, nullptr);
-  e.codec = avcodec_alloc_context3(codec);
+  AVStream* stream = ffmpeg().avformat_new_stream(e.fmt, nullptr);
+  e.codec = ffmpeg().avcodec_alloc_context3(codec);
   if (!stream || !e.codec) fail(ErrorKind::Io, "FFmpeg: out of memory setting up ", path);
   e.codec->width = int(w);
   e.codec->height = int(h);
@@ -182,50 +245,50 @@ void write_mp4(const std::string& tmp, const std::string& path, const Tensor& vi
   e.codec->gop_size = 16;
   if (e.fmt->oformat->flags & AVFMT_GLOBALHEADER) e.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   // Visually lossless; the default preset. The thread count stays FFmpeg's choice.
-  av_opt_set(e.codec->priv_data, "crf", "17", 0);
-  r = avcodec_open2(e.codec, codec, nullptr);
+  ffmpeg().av_opt_set(e.codec->priv_data, "crf", "17", 0);
+  r = ffmpeg().avcodec_open2(e.codec, codec, nullptr);
   if (r < 0) fail(ErrorKind::Io, "cannot open the H.264 encoder for ", path, " (", w, "x", h, "): ", av_error(r));
-  r = avcodec_parameters_from_context(stream->codecpar, e.codec);
+  r = ffmpeg().avcodec_parameters_from_context(stream->codecpar, e.codec);
   if (r < 0) fail(ErrorKind::Io, "FFmpeg: stream parameters for ", path, ": ", av_error(r));
   stream->time_base = e.codec->time_base;
   stream->avg_frame_rate = AVRational{fps, 1};
-  r = avio_open(&e.fmt->pb, tmp.c_str(), AVIO_FLAG_WRITE);
+  r = ffmpeg().avio_open(&e.fmt->pb, tmp.c_str(), AVIO_FLAG_WRITE);
   if (r < 0) fail(ErrorKind::Io, "cannot create ", tmp, " (for ", path, "): ", av_error(r));
   e.opened_io = true;
-  r = avformat_write_header(e.fmt, nullptr);
+  r = ffmpeg().avformat_write_header(e.fmt, nullptr);
   if (r < 0) fail(ErrorKind::Io, "cannot write the MP4 header of ", path, ": ", av_error(r));
 
-  e.frame = av_frame_alloc();
-  e.packet = av_packet_alloc();
+  e.frame = ffmpeg().av_frame_alloc();
+  e.packet = ffmpeg().av_packet_alloc();
   if (!e.frame || !e.packet) fail(ErrorKind::Io, "FFmpeg: out of memory encoding ", path);
   e.frame->format = AV_PIX_FMT_YUV420P;
   e.frame->width = int(w);
   e.frame->height = int(h);
-  r = av_frame_get_buffer(e.frame, 0);
+  r = ffmpeg().av_frame_get_buffer(e.frame, 0);
   if (r < 0) fail(ErrorKind::Io, "FFmpeg: frame buffer for ", path, ": ", av_error(r));
-  e.sws = sws_getContext(int(w), int(h), AV_PIX_FMT_RGB24, int(w), int(h), AV_PIX_FMT_YUV420P, SWS_BICUBIC, nullptr,
+  e.sws = ffmpeg().sws_getContext(int(w), int(h), AV_PIX_FMT_RGB24, int(w), int(h), AV_PIX_FMT_YUV420P, SWS_BICUBIC, nullptr,
                          nullptr, nullptr);
   if (!e.sws) fail(ErrorKind::Io, "FFmpeg: no RGB -> yuv420p converter for ", w, "x", h);
   std::vector<uint8_t> rgb;
   for (int64_t f = 0; f < frames; ++f) {
     frame_rgb(video, f, rgb);
-    r = av_frame_make_writable(e.frame);
+    r = ffmpeg().av_frame_make_writable(e.frame);
     if (r < 0) fail(ErrorKind::Io, "FFmpeg: frame not writable: ", av_error(r));
     const uint8_t* src[1] = {rgb.data()};
     const int src_stride[1] = {int(w * 3)};
-    sws_scale(e.sws, src, src_stride, 0, int(h), e.frame->data, e.frame->linesize);
+    ffmpeg().sws_scale(e.sws, src, src_stride, 0, int(h), e.frame->data, e.frame->linesize);
     e.frame->pts = f;
-    r = avcodec_send_frame(e.codec, e.frame);
+    r = ffmpeg().avcodec_send_frame(e.codec, e.frame);
     if (r < 0) fail(ErrorKind::Io, "H.264 encoder rejected frame ", f, " of ", path, ": ", av_error(r));
     drain(e, stream, path);
     if (on_frame) on_frame(f);
   }
-  r = avcodec_send_frame(e.codec, nullptr);
+  r = ffmpeg().avcodec_send_frame(e.codec, nullptr);
   if (r < 0) fail(ErrorKind::Io, "H.264 encoder flush failed for ", path, ": ", av_error(r));
   drain(e, stream, path);
-  r = av_write_trailer(e.fmt);
+  r = ffmpeg().av_write_trailer(e.fmt);
   if (r < 0) fail(ErrorKind::Io, "cannot write the MP4 trailer of ", path, ": ", av_error(r));
-  avio_closep(&e.fmt->pb);
+  ffmpeg().avio_closep(&e.fmt->pb);
   e.opened_io = false;
 }
 
