@@ -3,7 +3,10 @@
 // text_dim = the umT5's d_model, fixtures/vae): the files it writes, its
 // determinism, and its refusals of bad input before any output exists.
 #include <gtest/gtest.h>
+#include <png.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +120,44 @@ TEST(Generate, PngPatternDeterministicPerSeed) {
   // The teacher path (Euler, guidance with a negative prompt) runs too.
   const auto d = frames_of(seed, " --sampler euler --steps 2 --guidance 3 --negative-prompt 'blurry'");
   EXPECT_NE(a, d);
+}
+
+// The writer alone: a random video written as PNG frames reads back as the
+// [-1, 1] -> [0, 255] mapping (rounded, clamped), exactly.
+TEST(VideoWriter, PngFramesRoundTrip) {
+  const int64_t frames = 3, h = 18, w = 34;  // awkward even sizes
+  Tensor video = Tensor::empty({3, frames, h, w}, DType::F32);
+  std::uniform_real_distribution<float> u(-1.2f, 1.2f);  // some values outside [-1, 1] to check the clamp
+  for (int64_t i = 0; i < video.numel(); ++i) video.data<float>()[i] = u(test::rng());
+  const std::string dir = fresh_dir(), pattern = dir + "/v%03d.png";
+  io::write_video(pattern, video);
+  EXPECT_EQ(listing(dir).size(), size_t(frames));
+  for (int64_t f = 0; f < frames; ++f) {
+    png_image image{};
+    image.version = PNG_IMAGE_VERSION;
+    ASSERT_TRUE(png_image_begin_read_from_file(&image, io::png_frame_name(pattern, f).c_str()));
+    image.format = PNG_FORMAT_RGB;
+    std::vector<uint8_t> rgb(PNG_IMAGE_SIZE(image), 0xAB);  // poisoned
+    ASSERT_TRUE(png_image_finish_read(&image, nullptr, rgb.data(), 0, nullptr));
+    ASSERT_EQ(int64_t(image.width), w);
+    ASSERT_EQ(int64_t(image.height), h);
+    int mismatches = 0;
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t i = 0; i < h * w; ++i) {
+        const float v = video.data<float>()[(c * frames + f) * h * w + i];
+        const long want = std::lround(std::clamp((v + 1.0f) * 127.5f, 0.0f, 255.0f));
+        mismatches += rgb[size_t(i * 3 + c)] != want;
+      }
+    EXPECT_EQ(mismatches, 0) << "frame " << f;  // tolerance: exact (8-bit PNG is lossless)
+  }
+}
+
+TEST(VideoWriter, RefusesOddSizesWithoutOutput) {
+  const std::string dir = fresh_dir();
+  Tensor video = Tensor::zeros({3, 2, 15, 16}, DType::F32);
+  EXPECT_THROW(io::write_video(dir + "/odd.mp4", video), Error);
+  EXPECT_THROW(io::write_video(dir + "/odd_%d.png", video), Error);
+  EXPECT_TRUE(listing(dir).empty());
 }
 
 TEST(Generate, PngFrameNames) {
