@@ -1,4 +1,5 @@
 #include "io/pth_writer.h"
+#include "io/temp_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -103,52 +104,6 @@ const char* storage_class(DType t) {
 }
 
 // ---- the output file ----------------------------------------------------------
-class TempOut {
- public:
-  explicit TempOut(const std::string& final_path) : final_(final_path) {
-    static std::atomic<uint64_t> counter{0};
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      tmp_ = cat(final_, ".tmp-", ::getpid(), "-", counter++);
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0) return;
-      if (errno != EEXIST) break;
-    }
-    fail(ErrorKind::Io, "cannot create ", tmp_, " (temporary file for ", final_, "): ", std::strerror(errno));
-  }
-  ~TempOut() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  TempOut(const TempOut&) = delete;
-  TempOut& operator=(const TempOut&) = delete;
-  uint64_t pos() const { return pos_; }
-  void write(const void* data, size_t n) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t(1) << 30));
-      if (w < 0 && errno == EINTR) continue;
-      TD_CHECK(w > 0, Io, "cannot write ", final_, " (writing ", tmp_, "): ", std::strerror(errno));
-      p += w;
-      n -= size_t(w);
-      pos_ += uint64_t(w);
-    }
-  }
-  void commit() {
-    TD_CHECK(::fsync(fd_) == 0, Io, "cannot write ", final_, " (fsync of ", tmp_, "): ", std::strerror(errno));
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    TD_CHECK(rc == 0, Io, "cannot write ", final_, " (close of ", tmp_, "): ", std::strerror(errno));
-    TD_CHECK(::rename(tmp_.c_str(), final_.c_str()) == 0, Io, "cannot rename ", tmp_, " to ", final_, ": ",
-             std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string final_, tmp_;
-  int fd_ = -1;
-  uint64_t pos_ = 0;
-  bool committed_ = false;
-};
 
 constexpr uint32_t kMax32 = 0xFFFFFFFFu;
 constexpr uint64_t kAlign = 64;  // torch aligns storages to 64 bytes (mmap-friendly)
@@ -162,7 +117,7 @@ struct Entry {
 // Zip writer of stored entries (version 4.5 when ZIP64 fields are needed).
 class ZipOut {
  public:
-  explicit ZipOut(TempOut& f) : f_(f) {}
+  explicit ZipOut(TempFile& f) : f_(f) {}
 
   void add(const std::string& name, const uint8_t* data, uint64_t size) {
     Entry e{name, f_.pos(), size, crc32(data, size_t(size))};
@@ -263,7 +218,7 @@ class ZipOut {
   }
 
  private:
-  TempOut& f_;
+  TempFile& f_;
   std::vector<Entry> entries_;
 };
 
@@ -313,7 +268,7 @@ void write_pth(const std::string& path, const std::vector<std::pair<std::string,
   if (!tensors.empty()) pk.op('u');  // SETITEMS
   pk.op('.');                        // STOP
 
-  TempOut f(path);
+  TempFile f(path);
   ZipOut zip(f);
   const std::string pre = archive_name + "/";
   zip.add(pre + "data.pkl", pk.out.b.data(), pk.out.b.size());
