@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "nn/attention.h"
 #include "pipeline/t2v.h"
 
 namespace td::app {
@@ -49,11 +50,10 @@ int run_generate(GenerateOptions& g) {
     if (g.sub->count(flag) > 0)
       fail(ErrorKind::Unsupported, flag, ": I2V not implemented yet (generate runs T2V: --dit, --prompt)");
   if (g.model == "Wan2.2-A14B") fail(ErrorKind::Unsupported, "--model Wan2.2-A14B: I2V not implemented yet");
-  if (g.attention != "original")
-    fail(ErrorKind::Unsupported, "--attention ", g.attention,
-         " is not implemented yet (SLA and SageSLA: issue 6); use --attention original (exact attention)");
-  if (g.sub->count("--sla-topk") > 0)
-    fail(ErrorKind::Usage, "--sla-topk applies to --attention sla|sagesla, which are not implemented yet");
+  if (g.attention == "original" && g.sub->count("--sla-topk") > 0)
+    fail(ErrorKind::Usage, "--sla-topk applies to --attention sla|sagesla, not to original");
+  if (!(g.sla_topk > 0 && g.sla_topk <= 1))
+    fail(ErrorKind::Usage, "--sla-topk ", g.sla_topk, ": expected a fraction of key blocks in (0, 1]");
   if (g.num_samples != 1)
     fail(ErrorKind::Unsupported, "--num-samples ", g.num_samples, ": one sample per run for now (run again with "
          "another --seed)");
@@ -90,6 +90,11 @@ int run_generate(GenerateOptions& g) {
   o.device = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   const std::string dtype_str = g.dtype == "auto" ? (o.device.is_cuda() ? "bf16" : "f32") : g.dtype;
   o.dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
+  o.attention = *nn::parse_attention_kind(g.attention);  // CLI11 already checked the name
+  o.sla_topk = g.sla_topk;
+  if (o.attention != nn::AttentionKind::Original && o.device.is_cuda())
+    fail(ErrorKind::Unsupported, "--attention ", g.attention, " on CUDA: SLA on CUDA not implemented yet (issue 6); "
+         "use --device cpu (the fp32 SLA reference) or --attention original");
   if (o.device.is_cuda() && o.dtype == DType::F32)
     fail(ErrorKind::Unsupported, "--dtype f32 on CUDA: the GPU paths run bf16; use --dtype bf16 or --device cpu");
 
@@ -99,12 +104,12 @@ int run_generate(GenerateOptions& g) {
   if (g.json) {
     std::printf(
         "{\"output\": \"%s\", \"frames\": %lld, \"width\": %lld, \"height\": %lld, \"fps\": %d, \"seed\": %llu, "
-        "\"sampler\": \"%s\", \"steps\": %d, \"device\": \"%s\", \"dtype\": \"%s\", \"attention\": \"original\", "
+        "\"sampler\": \"%s\", \"steps\": %d, \"device\": \"%s\", \"dtype\": \"%s\", \"attention\": \"%s\", "
         "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"dit\": \"%s\", \"timings_s\": {\"text\": %.4f, "
         "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, \"peak_gpu_bytes\": %zu}\n",
         json_escape(o.output).c_str(), (long long)r.frames, (long long)r.width, (long long)r.height, o.fps,
         (unsigned long long)o.seed, g.sampler.c_str(), g.sampler == "rcm" ? o.num_steps : o.steps,
-        o.device.str().c_str(), dtype_name(o.dtype), (long long)r.prompt_tokens,
+        o.device.str().c_str(), dtype_name(o.dtype), g.attention.c_str(), (long long)r.prompt_tokens,
         shape_str(r.latent_shape).c_str(), json_escape(r.dit_description).c_str(), r.text_s, r.diffusion_s, r.vae_s,
         r.encode_s, r.total_s, r.peak_gpu_bytes);
   } else if (!g.quiet) {
@@ -155,9 +160,10 @@ void register_generate(CLI::App& app, Commands& cmds) {
   sub->add_option("--guidance", o.guidance, "teacher classifier-free guidance (default 5; 1 = no negative pass)");
   sub->add_option("--shift", o.shift, "teacher sigma shift (default 5)");
   sub->add_option("--negative-prompt", o.negative_prompt, "teacher negative prompt (default empty)");
-  sub->add_option("--attention", g->attention, "original (exact); sla and sagesla are not implemented yet")
+  sub->add_option("--attention", g->attention,
+                  "original (exact); sla or sagesla: the fp32 SLA reference, CPU only so far (CUDA: issue 6)")
       ->check(CLI::IsMember({"original", "sla", "sagesla"}));
-  sub->add_option("--sla-topk", g->sla_topk, "SLA/SageSLA top-k fraction (not implemented yet)");
+  sub->add_option("--sla-topk", g->sla_topk, "SLA/SageSLA: fraction of key blocks kept per query block (default 0.1)");
   sub->add_flag("--quant-linear", o.quant_linear, "W8A8 INT8 block linears (INT8 checkpoints as they are)");
   sub->add_option("--device", g->device, "cpu or cuda for the text encoder and DiT (the VAE runs on the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

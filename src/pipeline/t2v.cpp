@@ -188,7 +188,7 @@ T2VResult run_t2v(const T2VOptions& o) {
     TD_CHECK(r.latent_shape[3] % ck.config.patch_h == 0 && r.latent_shape[4] % ck.config.patch_w == 0, Usage,
              "size ", o.width, "x", o.height, ": the latent ", r.latent_shape[4], "x", r.latent_shape[3],
              " is not a multiple of the DiT's patch ", ck.config.patch_w, "x", ck.config.patch_h);
-    const models::wan::WanDiT dit(std::move(ck), nn::AttentionKind::Original);
+    const models::wan::WanDiT dit(std::move(ck), o.attention, o.sla_topk);
     // The network sees the state in its run dtype (rCM's reference feeds bf16 latents).
     const DType input_dtype = o.dtype == DType::BF16 ? DType::BF16 : DType::F32;
     const Tensor ctx = cuda ? context.to(o.device) : context;

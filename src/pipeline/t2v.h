@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/attention.h"
 
 namespace td::pipeline {
 
@@ -33,6 +34,9 @@ struct T2VOptions {
   Device device = Device::cpu();  // DiT and text encoder; the VAE runs on the CPU
   DType dtype = DType::F32;       // run dtype of DiT / encoder matmuls (bf16 on CUDA)
   bool quant_linear = false;
+  // Self-attention: sla / sagesla run the fp32 SLA reference on the host only (issue 6).
+  nn::AttentionKind attention = nn::AttentionKind::Original;
+  double sla_topk = 0.1;
   // Sampler.
   T2VSampler sampler = T2VSampler::Rcm;
   int num_steps = 4;  // rCM, 1..4

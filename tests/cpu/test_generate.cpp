@@ -120,6 +120,10 @@ TEST(Generate, PngPatternDeterministicPerSeed) {
   // The teacher path (Euler, guidance with a negative prompt) runs too.
   const auto d = frames_of(seed, " --sampler euler --steps 2 --guidance 3 --negative-prompt 'blurry'");
   EXPECT_NE(a, d);
+  // SLA on the CPU path: keeping every key block of a DiT without proj_l is exact
+  // attention, so the frames differ from the original ones at most by rounding.
+  const auto e = frames_of(seed, " --attention sla --sla-topk 1");
+  ASSERT_EQ(e.size(), a.size());
 }
 
 // The writer alone: a random video written as PNG frames reads back as the
@@ -189,7 +193,12 @@ TEST(Generate, BadInputsRefusedWithoutOutput) {
   // fixtures/dit/i2v takes 36 input channels; the VAE has z_dim 16.
   expect_refused(models(fixture("dit/i2v")) + small(p, 1) + out, dir, "z_dim 16");
   expect_refused(models() + small(p, 1) + " --num-steps 5" + out, dir, "--num-steps");
-  expect_refused(models() + small(p, 1) + " --attention sagesla" + out, dir, "not implemented");
+  std::string on_cuda = models();
+  on_cuda.replace(on_cuda.find("--device cpu"), 12, "--device cuda");
+  // Refused either for SLA on CUDA (with a GPU) or for the missing GPU (without one).
+  expect_refused(on_cuda + small(p, 1) + " --attention sagesla" + out, dir, "CUDA");
+  expect_refused(models() + small(p, 1) + " --sla-topk 0.5" + out, dir, "--sla-topk");
+  expect_refused(models() + small(p, 1) + " --attention sla --sla-topk 0" + out, dir, "--sla-topk");
   expect_refused(models() + small(p, 1) + " --image x.png" + out, dir, "I2V not implemented yet");
   expect_refused(models() + small(p, 1) + " --model Wan2.1-14B" + out, dir, "dim 5120");
 }
