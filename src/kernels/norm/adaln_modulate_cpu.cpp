@@ -38,11 +38,8 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
         row[size_t(i)] = load_act(x, x_type, r * x_stride + i);
         sum += row[size_t(i)];
       }
-      const double mean = sum / double(dim);
-      double sum_dev2 = 0;
-      for (int64_t i = 0; i < dim; ++i) sum_dev2 += (row[size_t(i)] - mean) * (row[size_t(i)] - mean);
-      const float rstd = float(1.0 / std::sqrt(sum_dev2 / double(dim) + double(eps)));
-      const float mean_f = float(mean);
+      const RowStats st = layer_norm_row_stats(row.data(), dim, sum, eps);
+      const float mean_f = st.mean, rstd = st.rstd;
       const int64_t mod_row = (r / rows_per_batch) * mod_stride;
       for (int64_t i = 0; i < dim; ++i) {
         float v = (row[size_t(i)] - mean_f) * rstd;

@@ -9,6 +9,7 @@
 // (weights, biases, modulation rows, gates) are always fp32.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -92,5 +93,18 @@ inline bool alias_ok(const void* a, ElemType at, int64_t as, const void* b, Elem
 // The common shape checks: rows >= 0 and 1 <= dim <= 2^31 - 1 (kernels index
 // columns with 32-bit integers).
 inline bool valid_shape(int64_t rows, int64_t dim) { return rows >= 0 && dim >= 1 && dim <= INT32_MAX; }
+
+// LayerNorm statistics of one row for the CPU references: the mean, then the
+// biased variance about it (exact two-pass), both accumulated in double.
+// `row_sum` is the sum of row[0..dim) the caller accumulated while loading.
+struct RowStats {
+  float mean, rstd;
+};
+inline RowStats layer_norm_row_stats(const float* row, int64_t dim, double row_sum, float eps) {
+  const double mean = row_sum / double(dim);
+  double sum_dev2 = 0;
+  for (int64_t i = 0; i < dim; ++i) sum_dev2 += (row[i] - mean) * (row[i] - mean);
+  return {float(mean), float(1.0 / std::sqrt(sum_dev2 / double(dim) + double(eps)))};
+}
 
 }  // namespace td::kernels

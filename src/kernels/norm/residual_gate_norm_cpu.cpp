@@ -46,11 +46,8 @@ Status residual_gate_norm_cpu(const ResidualGateNormParams& p) {
         row[size_t(i)] = round_to_act(p.residual_type, x + added);
         sum += row[size_t(i)];
       }
-      const double mean = sum / double(dim);
-      double sum_dev2 = 0;
-      for (int64_t i = 0; i < dim; ++i) sum_dev2 += (row[size_t(i)] - mean) * (row[size_t(i)] - mean);
-      const float rstd = float(1.0 / std::sqrt(sum_dev2 / double(dim) + double(p.eps)));
-      const float mean_f = float(mean);
+      const RowStats st = layer_norm_row_stats(row.data(), dim, sum, p.eps);
+      const float mean_f = st.mean, rstd = st.rstd;
       for (int64_t i = 0; i < dim; ++i) {
         store_act(p.x_out, p.residual_type, r * p.x_out_stride + i, row[size_t(i)]);
         float v = (row[size_t(i)] - mean_f) * rstd;
