@@ -190,8 +190,12 @@ TEST(BroadcastBinaryGpu, MixedTypesStridesMisalignmentInPlace) {
 
 TEST(BroadcastBinaryGpu, WanShapes) {
   TD_REQUIRE_GPU();
+  // The full 32760-row shape once per op (indexing at size); the broadcast
+  // kinds at a tenth of the rows: the host-side reference dominates this
+  // test's time, and device time is scarce.
   for (const BinaryCase& c : kBinaryCases) {
-    check_binary(c, ElemType::BF16, ElemType::BF16, 32760, 1536);
+    const bool full = c.broadcast == Broadcast::Full;
+    check_binary(c, ElemType::BF16, ElemType::BF16, full ? 32760 : 3277, 1536);
     check_binary(c, ElemType::BF16, ElemType::BF16, 1031, 5120, 0, /*in_place=*/true);
   }
 }

@@ -354,9 +354,12 @@ TEST(ResidualGateNormGpu, EveryTypeCombinationCaseAndLayout) {
 
 TEST(ResidualGateNormGpu, WanShapes) {
   TD_REQUIRE_GPU();
+  // Each case at the full 32760-row shape once (BF16 residual) and with the
+  // fp32 residual at a tenth of the rows: the host reference dominates the
+  // test's time, and device time is scarce.
   for (const RgnCase& c : {kRgnCases[0], kRgnCases[1], kRgnCases[2]}) {
     check_rgn(ElemType::BF16, ElemType::BF16, ElemType::BF16, 32760, 1536, c, true);
-    check_rgn(ElemType::F32, ElemType::BF16, ElemType::BF16, 32760, 1536, c, true);
+    check_rgn(ElemType::F32, ElemType::BF16, ElemType::BF16, 3277, 1536, c, true);
   }
   check_rgn(ElemType::BF16, ElemType::BF16, ElemType::BF16, 1031, 5120, kRgnCases[2], true);
   check_rgn(ElemType::F32, ElemType::BF16, ElemType::BF16, 1031, 5120, kRgnCases[2], false);
