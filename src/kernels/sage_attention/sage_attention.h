@@ -35,6 +35,36 @@ struct SageSparse {
 
 enum class SageBackend { Auto, Sm90, Portable };
 
+// The quantization every backend and the CPU reference share (so that the
+// kernels can be checked tightly against sage_attention_cpu):
+//   km[b, h, c]  = mean of K[b, h, :, c] over the len_kv tokens (fp32)
+//   Q  per token:        sq = amax|q| / 127, qi = round_half_away(q · (127 / amax)) in [-127, 127]
+//   K  per 64-key block: k' = k - km, sk = amax|k'| / 127 over the block, ki likewise
+//   S (log2 domain)      = float(Σ qi·ki) · (sq · scale · log2 e) · sk    (exact INT32 dot)
+//   V  per channel:      sv = amax|v| / 448 over the tokens, vq = v · (448 / amax)
+//                        rounded to FP16 (portable) or FP8-e4m3 (sm_90a)
+//   Online softmax over key tiles (64 keys portable, 128 sm_90a) in the order
+//   the kernel visits them (LUT order when sparse): m = running max of S,
+//   P̃ = exp2(S - m) rounded to FP16 (portable) or P̃·448 to e4m3 (sm_90a),
+//   l = Σ P̃ unrounded (fp32), O = (Σ P̃·vq) · sv / l,
+//   LSE = (m + log2 l)·ln 2 + scale·(q·km)   (the K-smoothing correction).
+// An all-zero Q row or K block gets scale 0 (its INT8 values are 0).
+constexpr int64_t kSageKScaleBlock = 64;  // keys per K scale
+
+// fp32 CPU reference of the quantized algorithm above, for the backend's
+// formats (Auto and Portable: FP16 P/V over 64-key tiles; Sm90: e4m3 P/V over
+// 128-key tiles). F32/F16/BF16 in and out, any head_dim, host pointers; `lse`
+// may be null; `sparse` null for dense, else its `lut` is a HOST pointer and
+// every index must be in [0, KB) (InvalidArgument otherwise). Multi-threaded
+// over (batch, head) with td::parallel_for. For exact attention use
+// attention_cpu; this one shows what the quantization costs.
+Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                          const SageSparse* sparse, SageBackend backend);
+
+// Argument checks shared by the CPU reference and the kernels: attention_check,
+// then the sparse block sizes (64 or 128 each, n_sel in [1, KB]).
+Status sage_sparse_check(const AttnProblem& p, const SageSparse* sparse);
+
 #if TURBODIFF_HAVE_CUDA
 // Ok if `backend` (Auto: the best one for the current device) takes the
 // problem (BF16 Q/K/V/O, head_dim 64/128, the block sizes in `sparse`),
