@@ -2,9 +2,14 @@
 // safetensors file to another, so it can be checked against diffusers and
 // chained with `turbodiff dit`. decode: latent [B, 16, T, H, W] (normalised,
 // as the DiT sees it) -> video [B, 3, 4(T-1)+1, 8H, 8W] in [-1, 1]; encode:
-// video -> latent (normalised posterior mean).
+// video -> latent (normalised posterior mean). --device cuda runs the
+// channels-last BF16 path (cuDNN convolutions); --vae-tiling / --vae-tile /
+// --vae-tile-stride split frames into overlapping blended tiles (diffusers'
+// tiled_decode / tiled_encode) to bound memory.
 #include <chrono>
 #include <cstdio>
+
+#include "core/cuda_runtime.h"
 
 #include "apps/commands.h"
 #include "core/error.h"
@@ -17,11 +22,34 @@ namespace {
 struct VaeOptions {
   std::string vae, inputs, out, config;
   std::string device = "cpu";
+  std::string dtype;  // "" = bf16 on CUDA, f32 on the CPU
+  bool tiling = false;
+  int64_t tile = 0, tile_stride = 0;  // pixels; 0 = default (256, 3/4 of the tile)
 };
 
+models::wan_vae::WanVaeRunOptions run_options(const VaeOptions& o) {
+  models::wan_vae::WanVaeRunOptions r;
+  if (o.device == "cuda") {
+    TD_CHECK(cuda::device_count() > 0, Unsupported, "--device cuda: no usable CUDA GPU (",
+             cuda::unavailable_reason(), "); --device cpu runs the fp32 VAE");
+    r.device = Device::cuda(0);
+  } else {
+    r.device = Device::cpu();
+  }
+  if (!o.dtype.empty()) {
+    TD_CHECK(o.device == "cuda" || o.dtype == "f32", Usage, "--dtype ", o.dtype,
+             ": the CPU VAE runs in f32 (bf16 is for --device cuda)");
+    r.dtype = o.dtype == "bf16" ? DType::BF16 : DType::F32;
+  }
+  r.tiling.enabled = o.tiling || o.tile > 0 || o.tile_stride > 0;
+  if (o.tile > 0) r.tiling.tile_height = r.tiling.tile_width = o.tile;
+  const int64_t stride = o.tile_stride > 0 ? o.tile_stride : o.tile > 0 ? o.tile * 3 / 4 / 8 * 8 : 0;
+  if (stride > 0) r.tiling.stride_height = r.tiling.stride_width = stride;
+  return r;
+}
+
 int run_vae(const VaeOptions& o, bool decode) {
-  if (o.device == "cuda")
-    fail(ErrorKind::Unsupported, "--device cuda: VAE on CUDA not implemented yet; --device cpu runs the fp32 VAE");
+  const models::wan_vae::WanVaeRunOptions ro = run_options(o);
   const char* in_name = decode ? "latent" : "video";
   const char* out_name = decode ? "video" : "latent";
   const io::TensorFile in = io::read_safetensors(o.inputs);
@@ -43,15 +71,23 @@ int run_vae(const VaeOptions& o, bool decode) {
   } catch (const Error& e) {
     fail(e.kind(), o.inputs, ": ", e.what(), " (", vae.config().describe(), ")");
   }
+  ro.tiling.validate(vae.config().spatial_factor());
+  const bool cuda_run = ro.device->is_cuda();
+  const std::string dtype = cuda_run ? (ro.dtype == DType::F32 ? "f32" : "bf16") : "f32";
+  if (cuda_run) cuda::reset_peak(0);
   const auto t1 = std::chrono::steady_clock::now();
-  const Tensor y = decode ? vae.decode(*x) : vae.encode(*x);
+  const Tensor y = decode ? vae.decode(*x, ro) : vae.encode(*x, ro);
   const auto t2 = std::chrono::steady_clock::now();
   io::write_safetensors(o.out, {{out_name, y}},
-                        {{"model", vae.config().describe()}, {"vae_layout", vae.layout()}, {"device", "cpu"},
-                         {"dtype", "f32"}});
-  std::printf("%s %s written to %s (%s; cpu f32; load %.2f s, %s %.2f s)\n", out_name, shape_str(y.shape()).c_str(),
-              o.out.c_str(), vae.layout().c_str(), std::chrono::duration<double>(t1 - t0).count(),
-              decode ? "decode" : "encode", std::chrono::duration<double>(t2 - t1).count());
+                        {{"model", vae.config().describe()}, {"vae_layout", vae.layout()},
+                         {"device", cuda_run ? "cuda" : "cpu"}, {"dtype", dtype},
+                         {"vae_tiling", ro.tiling.describe()}});
+  const std::string peak =
+      cuda_run ? cat(", peak GPU memory ", cuda::peak_allocated_bytes(0) / double(1 << 20), " MiB") : std::string();
+  std::printf("%s %s written to %s (%s; %s %s, tiling %s; load %.2f s, %s %.2f s%s)\n", out_name,
+              shape_str(y.shape()).c_str(), o.out.c_str(), vae.layout().c_str(), cuda_run ? "cuda" : "cpu",
+              dtype.c_str(), ro.tiling.describe().c_str(), std::chrono::duration<double>(t1 - t0).count(),
+              decode ? "decode" : "encode", std::chrono::duration<double>(t2 - t1).count(), peak.c_str());
   return 0;
 }
 
@@ -75,8 +111,15 @@ void register_vae(CLI::App& app, Commands& cmds) {
                     decode ? "safetensors to write: tensor 'video' (f32)" : "safetensors to write: tensor 'latent' (f32)")
         ->required();
     sub->add_option("--config", o->config, "diffusers config.json of the VAE (default: config.json beside it)");
-    sub->add_option("--device", o->device, "cpu (cuda: not implemented yet)")
+    sub->add_option("--device", o->device, "cpu (fp32 reference) or cuda (channels-last bf16, cuDNN convolutions)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
+    sub->add_option("--dtype", o->dtype, "bf16 (default on cuda) or f32")->check(CLI::IsMember({"bf16", "f32"}));
+    sub->add_flag("--vae-tiling", o->tiling,
+                  "split frames into overlapping tiles blended over the overlap (diffusers' tiling: 256x256 pixels "
+                  "every 192) to bound memory; the result differs slightly near the seams");
+    sub->add_option("--vae-tile", o->tile, "tile size in pixels (a multiple of 8; implies --vae-tiling)");
+    sub->add_option("--vae-tile-stride", o->tile_stride,
+                    "distance between tiles in pixels (a multiple of 8, at most the tile; default 3/4 of the tile)");
     cmds.emplace_back(sub, [o, decode] { return run_vae(*o, decode); });
   }
 }

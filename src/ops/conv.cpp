@@ -9,7 +9,8 @@ namespace {
 void check_cpu_f32(const char* op, const char* what, const Tensor& t) {
   if (t.device().is_cuda())
     fail(ErrorKind::Unsupported, op, ": ", what, " is on ", t.device().str(),
-         ": VAE on CUDA not implemented yet (the CPU fp32 path runs with --device cpu)");
+         ": the channel-first VAE ops are the fp32 CPU path; on CUDA the VAE runs the channels-last ops "
+         "(ops::conv3d_cl and friends)");
   TD_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), DType, op, ": ", what,
            " must be a contiguous f32 tensor, got ", t.desc());
 }

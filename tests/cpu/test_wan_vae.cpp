@@ -169,7 +169,7 @@ TEST(WanVaeOps, CudaTensorsAreUnsupported) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("VAE on CUDA not implemented yet"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("channel-first VAE ops are the fp32 CPU path"), std::string::npos) << e.what();
   }
 }
 
@@ -387,10 +387,20 @@ TEST(WanVaeCli, BadInputs) {
                     "/o4.safetensors");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("nope.pth"), std::string::npos) << r.err;
-  r = test::run_cli("vae decode --device cuda --vae " + fixture(kDiffusers) + " --inputs " + dir +
-                    "/l.safetensors --out " + dir + "/o5.safetensors");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("VAE on CUDA not implemented yet"), std::string::npos) << r.err;
+  if (!test::gpu_available()) {
+    r = test::run_cli("vae decode --device cuda --vae " + fixture(kDiffusers) + " --inputs " + dir +
+                      "/l.safetensors --out " + dir + "/o5.safetensors");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("no usable CUDA GPU"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir + "/o5.safetensors"));
+  }
+  // Bad tiles: not a multiple of 8, a stride beyond the tile; bf16 on the CPU.
+  for (const std::string bad : {"--vae-tile 20", "--vae-tile 16 --vae-tile-stride 24", "--dtype bf16"}) {
+    r = test::run_cli("vae decode " + bad + " --vae " + fixture(kDiffusers) + " --inputs " + dir +
+                      "/l.safetensors --out " + dir + "/o6.safetensors");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_FALSE(fs::exists(dir + "/o6.safetensors"));
+  }
 }
 
 }  // namespace

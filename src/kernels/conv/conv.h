@@ -52,4 +52,29 @@ Status upsample_nearest2x_f32_cpu(const float* x, int64_t planes, int64_t h, int
 Status channel_rms_norm_f32_cpu(const float* x, int64_t c, int64_t positions, const float* gamma,
                                 const float* bias, float* y);
 
+#if TURBODIFF_HAVE_CUDNN
+// The same convolutions on CUDA through a cuDNN frontend fprop graph, in the
+// channels-last layout the CUDA VAE keeps its activations in:
+//   x [n, t, h, w, cin], weight [cout, kt, kh, kw, cin], y [n, out_t, out_h, out_w, cout],
+// all contiguous, BF16 (or F32, for tests) in and out, fp32 accumulation; the
+// bias ([cout] fp32, or null) is fused into the graph as a pointwise add.
+// Spatial zero padding per side (cuDNN's pre/post padding), none in time.
+// Each distinct problem (sizes, strides, padding, type, bias or not, device)
+// is built once and its plan cached; a refusal is cached with its reason
+// (conv_cudnn_last_error()). `workspace` must hold conv3d_cudnn_workspace_size() bytes.
+struct ConvCudnnProblem {
+  int64_t n = 1, cin = 0, t = 0, h = 0, w = 0;
+  int64_t cout = 0, kt = 1, kh = 1, kw = 1;
+  int64_t stride_t = 1, stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  bool bias = false;
+  ElemType type = ElemType::BF16;  // x, weight and y
+};
+Status conv3d_cudnn_workspace_size(const ConvCudnnProblem& p, size_t* bytes);
+Status conv3d_cudnn(const ConvCudnnProblem& p, const void* x, const void* weight, const float* bias, void* y,
+                    void* workspace, size_t workspace_bytes, void* stream);
+const char* conv_cudnn_last_error();   // why the last call on this thread did not return Ok
+size_t conv_cudnn_cached_plans();      // distinct plans built so far
+#endif
+
 }  // namespace td::kernels

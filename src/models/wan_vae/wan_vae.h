@@ -11,11 +11,26 @@
 // the same caches; conv1 (quant_conv); mu = the first z_dim channels;
 // returns (mu - mean) / std.
 //
-// The streaming (frame-chunked) structure bounds memory by one chunk; the
-// CUDA path (cuDNN convolutions) will plug in at the ops layer.
+// The streaming (frame-chunked) structure bounds memory by one chunk.
+//
+// Two implementations of the same network: the channel-first fp32 CPU path
+// (the reference, matched to diffusers), and the channels-last path
+// ([B, T, H, W, C] activations over the ops/conv.h *_cl ops) that runs on
+// CUDA in BF16 (cuDNN convolutions with fp32 accumulation, weights converted
+// once per device at first use) and, for tests, on the CPU in fp32.
+// Batches run one sample at a time (the caches are per sample).
+//
+// Spatial tiling (diffusers' AutoencoderKLWan.tiled_decode / tiled_encode):
+// overlapping tiles (default 256x256 pixels every 192) run independently,
+// each tile is blended linearly into the tile above and the one to its left
+// over the overlap, in diffusers' order, and cropped to the stride. It bounds
+// the activation memory by one tile instead of the whole frame; the result
+// differs from the untiled one near the seams (an approximation, as in diffusers).
 #pragma once
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -45,22 +60,57 @@ std::map<std::string, Tensor> match_wan_vae_tensors(const std::vector<std::pair<
                                                     const WanVaeConfig& config, const std::string& what,
                                                     std::string* layout = nullptr);
 
+// Sizes in pixels (sample space), multiples of the spatial factor (8), 0 < stride <= tile.
+// Tiling applies only when a frame is larger than one tile (as in diffusers).
+struct WanVaeTiling {
+  bool enabled = false;
+  int64_t tile_height = 256, tile_width = 256;
+  int64_t stride_height = 192, stride_width = 192;
+  void validate(int64_t spatial_factor) const;  // Usage error naming the value at fault
+  std::string describe() const;                 // "256x256 every 192x192" or "off"
+};
+
+struct WanVaeRunOptions {
+  // Where the VAE runs; unset: the input's device. CUDA runs the channels-last path.
+  std::optional<Device> device;
+  // Activation / weight dtype of the channels-last path: BF16 on CUDA unless
+  // set (F32 for tests); always F32 on the CPU.
+  std::optional<DType> dtype;
+  // On the CPU: run the channels-last path (the CUDA structure) in fp32
+  // instead of the channel-first reference (tests).
+  bool channels_last = false;
+  WanVaeTiling tiling;
+};
+
 class WanVae {
  public:
   explicit WanVae(WanVaeCheckpoint checkpoint);
+  ~WanVae();
   const WanVaeConfig& config() const { return ck_.config; }
   const std::string& layout() const { return ck_.layout; }
 
-  // latent [B, z_dim, T, h, w] f32 (normalised) -> video [B, 3, 4(T-1)+1, 8h, 8w] in [-1, 1].
-  Tensor decode(const Tensor& latent) const;
-  // video [B, 3, 4k+1, H, W] f32 in [-1, 1], H and W multiples of 8 -> normalised mu [B, z_dim, k+1, H/8, W/8].
-  Tensor encode(const Tensor& video) const;
+  // latent [B, z_dim, T, h, w] (normalised; any float dtype, any device) ->
+  // video [B, 3, 4(T-1)+1, 8h, 8w] f32 in [-1, 1], always on the host.
+  Tensor decode(const Tensor& latent, const WanVaeRunOptions& options = {}) const;
+  // video [B, 3, 4k+1, H, W] in [-1, 1], H and W multiples of 8 (any float
+  // dtype, any device) -> normalised mu [B, z_dim, k+1, H/8, W/8] f32 on the host.
+  Tensor encode(const Tensor& video, const WanVaeRunOptions& options = {}) const;
 
   void check_latent(const Tensor& latent) const;  // Shape / DType errors naming what is wrong
   void check_video(const Tensor& video) const;
 
+  // Drops the weights converted for devices (they are rebuilt on next use).
+  void release_device_weights() const;
+
  private:
+  struct DeviceWeights;
+  const DeviceWeights& device_weights(Device device, DType dtype) const;
+  Tensor decode_untiled(const Tensor& latent, const WanVaeRunOptions& o, bool clamp) const;
+  Tensor encode_untiled(const Tensor& video, const WanVaeRunOptions& o) const;
+
   WanVaeCheckpoint ck_;
+  struct DeviceCache;
+  std::unique_ptr<DeviceCache> dev_;
 };
 
 }  // namespace td::models::wan_vae
