@@ -1,6 +1,6 @@
-// `turbodiff generate`: prompt -> video file (T2V). The flags follow
-// TurboDiffusion's inference scripts (shared/DESIGN.md, turbodiffusion.md §3);
-// the work is in pipeline/t2v.
+// `turbodiff generate`: prompt (and image) -> video file(s), T2V and I2V. The
+// flags follow TurboDiffusion's inference scripts (shared/DESIGN.md,
+// turbodiffusion.md §3); the work is in pipeline/generate.
 #include <cstdio>
 #include <memory>
 
@@ -8,29 +8,28 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/sla.h"
 #include "core/progress.h"
 #include "nn/attention.h"
-#include "pipeline/t2v.h"
+#include "pipeline/generate.h"
 
 namespace td::app {
 namespace {
 
 struct GenerateOptions {
-  pipeline::T2VOptions t2v;
+  pipeline::GenerateOptions gen;
   std::string model, resolution = "480p", aspect_ratio = "16:9";
   int64_t width = 0, height = 0;  // 0 = from --resolution / --aspect-ratio
-  int64_t num_samples = 1;
   std::string sampler = "rcm";
   std::string device = "auto", dtype = "auto";
   std::string attention = "original";
+  std::string offload = "auto";
   double sla_topk = 0.1;
   bool quiet = false, json = false;
-  // I2V (not implemented): any of these set is an Unsupported error.
-  std::string high_noise_dit, low_noise_dit, image;
-  double boundary = 0.9;
-  bool adaptive_resolution = false;
   CLI::App* sub = nullptr;
 };
+
+std::string json_strings(const std::vector<std::string>& v);
 
 std::string json_escape(const std::string& s) {
   std::string out;
@@ -45,18 +44,26 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+std::string json_strings(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += cat(i ? ", " : "", "\"", json_escape(v[i]), "\"");
+  return s + "]";
+}
+
 int run_generate(GenerateOptions& g) {
-  for (const char* flag : {"--high-noise-dit", "--low-noise-dit", "--image", "--boundary", "--adaptive-resolution"})
-    if (g.sub->count(flag) > 0)
-      fail(ErrorKind::Unsupported, flag, ": I2V not implemented yet (generate runs T2V: --dit, --prompt)");
-  if (g.model == "Wan2.2-A14B") fail(ErrorKind::Unsupported, "--model Wan2.2-A14B: I2V not implemented yet");
+  pipeline::GenerateOptions& o = g.gen;
+  const bool i2v = !o.image.empty() || g.sub->count("--high-noise-dit") > 0 || g.sub->count("--low-noise-dit") > 0;
+  if (g.sub->count("--boundary") > 0 && g.sub->count("--high-noise-dit") == 0 && g.sub->count("--low-noise-dit") == 0)
+    fail(ErrorKind::Usage, "--boundary switches between the two I2V experts: it needs --high-noise-dit and "
+         "--low-noise-dit");
+  if (g.model == "Wan2.2-A14B" && !i2v)
+    fail(ErrorKind::Usage, "--model Wan2.2-A14B is the I2V model: give --image, --high-noise-dit and --low-noise-dit");
+  if (i2v && !g.model.empty() && g.model != "Wan2.2-A14B")
+    fail(ErrorKind::Usage, "--model ", g.model, " is a T2V model; I2V runs Wan2.2-A14B");
   if (g.attention == "original" && g.sub->count("--sla-topk") > 0)
     fail(ErrorKind::Usage, "--sla-topk applies to --attention sla|sagesla, not to original");
   if (!(g.sla_topk > 0 && g.sla_topk <= 1))
     fail(ErrorKind::Usage, "--sla-topk ", g.sla_topk, ": expected a fraction of key blocks in (0, 1]");
-  if (g.num_samples != 1)
-    fail(ErrorKind::Unsupported, "--num-samples ", g.num_samples, ": one sample per run for now (run again with "
-         "another --seed)");
   if (g.sampler == "rcm") {
     for (const char* flag : {"--steps", "--guidance", "--shift", "--negative-prompt"})
       if (g.sub->count(flag) > 0)
@@ -67,7 +74,9 @@ int run_generate(GenerateOptions& g) {
         fail(ErrorKind::Usage, flag, " is an rCM flag; --sampler ", g.sampler, " uses --steps/--shift/--guidance");
   }
 
-  pipeline::T2VOptions& o = g.t2v;
+  // TurboDiffusion's I2V script defaults: 720p and sigma_max 200.
+  if (i2v && g.sub->count("--resolution") == 0) g.resolution = "720p";
+  if (i2v && g.sub->count("--sigma-max") == 0) o.sigma_max = 200.0;
   if (g.width || g.height) {
     TD_CHECK(g.width > 0 && g.height > 0, Usage, "--width and --height go together (got ", g.width, "x", g.height,
              ")");
@@ -76,12 +85,15 @@ int run_generate(GenerateOptions& g) {
   } else {
     std::tie(o.width, o.height) = pipeline::wan_resolution(g.resolution, g.aspect_ratio);
   }
-  if (!g.model.empty()) o.model = g.model == "Wan2.1-1.3B" ? "Wan2.1-T2V-1.3B" : "Wan2.1-T2V-14B";
-  o.sampler = g.sampler == "rcm" ? pipeline::T2VSampler::Rcm
-              : g.sampler == "unipc" ? pipeline::T2VSampler::UniPC
-                                     : pipeline::T2VSampler::Euler;
+  if (!g.model.empty())
+    o.model = g.model == "Wan2.1-1.3B" ? "Wan2.1-T2V-1.3B" : g.model == "Wan2.1-14B" ? "Wan2.1-T2V-14B"
+                                                                                   : "Wan2.2-I2V-A14B";
+  o.sampler = g.sampler == "rcm" ? pipeline::SamplerKind::Rcm
+              : g.sampler == "unipc" ? pipeline::SamplerKind::UniPC
+                                     : pipeline::SamplerKind::Euler;
+  o.offload = pipeline::parse_offload_policy(g.offload);
   // Everything that needs no model file is checked before the device is touched.
-  pipeline::validate_t2v_options(o);
+  pipeline::validate_generate_options(o);
 
   const bool gpu = cuda::device_count() > 0;
   const std::string device_name = g.device == "auto" ? (gpu ? "cuda" : "cpu") : g.device;
@@ -92,33 +104,60 @@ int run_generate(GenerateOptions& g) {
   o.dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
   o.attention = *nn::parse_attention_kind(g.attention);  // CLI11 already checked the name
   o.sla_topk = g.sla_topk;
-  if (o.attention != nn::AttentionKind::Original && o.device.is_cuda())
-    fail(ErrorKind::Unsupported, "--attention ", g.attention, " on CUDA: SLA on CUDA not implemented yet (issue 6); "
-         "use --device cpu (the fp32 SLA reference) or --attention original");
+  if (o.attention == nn::AttentionKind::SageSLA && o.device.is_cuda()) {
+    ops::SlaOptions sage_blocks;  // sagesla's 64 x 128 blocks run on the SageAttention-style kernel
+    sage_blocks.block_q = 64;
+    sage_blocks.block_k = 128;
+    if (!ops::sla_cuda_available(sage_blocks))
+      fail(ErrorKind::Unsupported, "--attention sagesla on CUDA: this build has no SageAttention-style sparse "
+           "kernel (kernels/sage_attention); use --attention sla (BF16 sparse branch on CUDA), --device cpu or "
+           "--attention original");
+  }
   if (o.device.is_cuda() && o.dtype == DType::F32)
     fail(ErrorKind::Unsupported, "--dtype f32 on CUDA: the GPU paths run bf16; use --dtype bf16 or --device cpu");
 
   if (g.quiet || g.json) set_progress_enabled(false);
-  const pipeline::T2VResult r = pipeline::run_t2v(o);
+  const pipeline::GenerateResult r = pipeline::run_generate(o);
   const double gib = double(r.peak_gpu_bytes) / double(1ull << 30);
+  std::vector<std::string> seeds;
+  for (const auto sd : r.seeds) seeds.push_back(std::to_string(sd));
   if (g.json) {
+    std::string seeds_json = "[";
+    for (size_t i = 0; i < seeds.size(); ++i) seeds_json += (i ? ", " : "") + seeds[i];
+    seeds_json += "]";
     std::printf(
-        "{\"output\": \"%s\", \"frames\": %lld, \"width\": %lld, \"height\": %lld, \"fps\": %d, \"seed\": %llu, "
-        "\"sampler\": \"%s\", \"steps\": %d, \"device\": \"%s\", \"dtype\": \"%s\", \"attention\": \"%s\", "
-        "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"dit\": \"%s\", \"timings_s\": {\"text\": %.4f, "
-        "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, \"peak_gpu_bytes\": %zu}\n",
-        json_escape(o.output).c_str(), (long long)r.frames, (long long)r.width, (long long)r.height, o.fps,
-        (unsigned long long)o.seed, g.sampler.c_str(), g.sampler == "rcm" ? o.num_steps : o.steps,
-        o.device.str().c_str(), dtype_name(o.dtype), g.attention.c_str(), (long long)r.prompt_tokens,
-        shape_str(r.latent_shape).c_str(), json_escape(r.dit_description).c_str(), r.text_s, r.diffusion_s, r.vae_s,
-        r.encode_s, r.total_s, r.peak_gpu_bytes);
+        "{\"mode\": \"%s\", \"output\": \"%s\", \"outputs\": %s, \"frames\": %lld, \"width\": %lld, "
+        "\"height\": %lld, \"fps\": %d, \"seed\": %llu, \"seeds\": %s, \"num_samples\": %lld, "
+        "\"sampler\": \"%s\", \"steps\": %d, \"step_experts\": %s, \"boundary\": %g, \"device\": \"%s\", "
+        "\"dtype\": \"%s\", \"attention\": \"%s\", \"offload\": \"%s\", \"residency\": %s, "
+        "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"image\": \"%s\", \"image_size\": [%lld, %lld], "
+        "\"dit\": \"%s\", \"low_noise_dit\": \"%s\", \"timings_s\": {\"text\": %.4f, \"image\": %.4f, "
+        "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, "
+        "\"peak_gpu_bytes_by_stage\": {\"text\": %zu, \"diffusion\": %zu, \"vae\": %zu}, "
+        "\"peak_gpu_bytes\": %zu}\n",
+        r.mode.c_str(), json_escape(o.output).c_str(), json_strings(r.outputs).c_str(), (long long)r.frames,
+        (long long)r.width, (long long)r.height, o.fps, (unsigned long long)o.seed, seeds_json.c_str(),
+        (long long)o.num_samples, g.sampler.c_str(), g.sampler == "rcm" ? o.num_steps : o.steps,
+        json_strings(r.step_experts).c_str(), o.boundary, o.device.str().c_str(), dtype_name(o.dtype),
+        g.attention.c_str(), pipeline::offload_policy_name(r.offload), json_strings(r.residency).c_str(),
+        (long long)r.prompt_tokens, shape_str(r.latent_shape).c_str(), json_escape(o.image).c_str(),
+        (long long)r.image_width, (long long)r.image_height, json_escape(r.dit_description).c_str(),
+        json_escape(r.low_noise_dit_description).c_str(), r.text_s, r.image_s, r.diffusion_s, r.vae_s, r.encode_s,
+        r.total_s, r.peak_text_bytes, r.peak_diffusion_bytes, r.peak_vae_bytes, r.peak_gpu_bytes);
   } else if (!g.quiet) {
-    std::printf("%s: %lld frames %lldx%lld at %d fps (%s %s, %s %d steps, seed %llu; text %.2f s, diffusion %.2f s, "
-                "vae %.2f s, encode %.2f s, total %.2f s%s)\n",
-                o.output.c_str(), (long long)r.frames, (long long)r.width, (long long)r.height, o.fps,
+    std::string outs;
+    for (const auto& p : r.outputs) outs += (outs.empty() ? "" : ", ") + p;
+    std::printf("%s: %s, %lld frames %lldx%lld at %d fps (%s %s, %s %d steps, seed %llu%s; text %.2f s,%s diffusion "
+                "%.2f s, vae %.2f s, encode %.2f s, total %.2f s%s)\n",
+                outs.c_str(), r.mode.c_str(), (long long)r.frames, (long long)r.width, (long long)r.height, o.fps,
                 o.device.str().c_str(), dtype_name(o.dtype), g.sampler.c_str(),
-                g.sampler == "rcm" ? o.num_steps : o.steps, (unsigned long long)o.seed, r.text_s, r.diffusion_s,
-                r.vae_s, r.encode_s, r.total_s, o.device.is_cuda() ? cat("; peak GPU ", gib, " GiB").c_str() : "");
+                g.sampler == "rcm" ? o.num_steps : o.steps, (unsigned long long)o.seed,
+                o.num_samples > 1 ? cat(" .. ", o.seed + uint64_t(o.num_samples - 1)).c_str() : "", r.text_s,
+                r.mode == "i2v" ? cat(" image ", r.image_s, " s,").c_str() : "", r.diffusion_s, r.vae_s, r.encode_s,
+                r.total_s,
+                o.device.is_cuda() ? cat("; offload ", pipeline::offload_policy_name(r.offload), ", peak GPU ", gib,
+                                         " GiB").c_str()
+                                   : "");
   }
   return 0;
 }
@@ -127,13 +166,25 @@ int run_generate(GenerateOptions& g) {
 
 void register_generate(CLI::App& app, Commands& cmds) {
   auto g = std::make_shared<GenerateOptions>();
-  auto* sub = app.add_subcommand("generate", "Generate a video from a prompt (T2V): umT5 -> DiT (rCM or the Wan "
-                                             "teacher) -> Wan VAE -> MP4 (H.264, 16 fps) or PNG frames");
+  auto* sub = app.add_subcommand("generate", "Generate videos from a prompt (T2V) or a prompt and an image (I2V, "
+                                             "Wan2.2-A14B's two experts): umT5 -> DiT (rCM or the Wan teacher) -> "
+                                             "Wan VAE -> MP4 (H.264, 16 fps) or PNG frames");
   g->sub = sub;
-  pipeline::T2VOptions& o = g->t2v;
-  sub->add_option("--dit", o.dit, "DiT checkpoint files or folders (rCM/TurboDiffusion .pth, original Wan, diffusers)")
-      ->required()
+  pipeline::GenerateOptions& o = g->gen;
+  sub->add_option("--dit", o.dit, "DiT checkpoint files or folders (rCM/TurboDiffusion .pth, original Wan, "
+                                  "diffusers); T2V, or I2V with one DiT of in_dim 36")
       ->expected(1, -1);
+  sub->add_option("--high-noise-dit", o.high_noise_dit, "I2V: the Wan2.2-A14B high-noise expert (steps with t >= "
+                                                         "--boundary)")
+      ->expected(1, -1);
+  sub->add_option("--low-noise-dit", o.low_noise_dit, "I2V: the Wan2.2-A14B low-noise expert (steps with t < "
+                                                       "--boundary)")
+      ->expected(1, -1);
+  sub->add_option("--boundary", o.boundary, "I2V: where the low-noise expert takes over, in [0, 1] of the noise "
+                                            "range (default 0.9; rCM: flow time, teacher: timestep / 1000)");
+  sub->add_option("--image", o.image, "I2V: the first frame (PNG or JPEG), resized to the output size");
+  sub->add_flag("--adaptive-resolution", o.adaptive_resolution, "I2V: keep the area of --resolution/--aspect-ratio, "
+                                                                "take the image's aspect ratio (multiples of 16)");
   sub->add_option("--config", o.dit_config, "diffusers config.json of the DiT (default: beside it, else detected)");
   sub->add_option("--vae", o.vae, "Wan2.1 VAE: Wan2.1_VAE.pth or diffusers AutoencoderKLWan")->required();
   sub->add_option("--text-encoder", o.text_encoder, "umT5: models_t5_umt5-xxl-enc-bf16.pth or HF UMT5EncoderModel")
@@ -144,9 +195,10 @@ void register_generate(CLI::App& app, Commands& cmds) {
       ->check(CLI::IsMember({"Wan2.1-1.3B", "Wan2.1-14B", "Wan2.2-A14B"}));
   sub->add_option("--prompt", o.prompt, "the prompt (truncated to 512 tokens with a warning)")->required();
   sub->add_option("--seed", o.seed, "seed of the latent noise (Philox: the same video on any machine)");
-  sub->add_option("--num-samples", g->num_samples, "videos per prompt (1 for now)");
+  sub->add_option("--num-samples", o.num_samples, "videos per prompt, seeds seed, seed+1, ...; N > 1 writes "
+                                                 "out_0.mp4, out_1.mp4, ... (f_%04d_0.png, ... for frames)");
   sub->add_option("--num-frames", o.num_frames, "frames, 4k+1 (default 81)");
-  sub->add_option("--resolution", g->resolution, "480p or 720p")->check(CLI::IsMember({"480p", "720p"}));
+  sub->add_option("--resolution", g->resolution, "480p or 720p (default 480p; I2V 720p)")->check(CLI::IsMember({"480p", "720p"}));
   sub->add_option("--aspect-ratio", g->aspect_ratio, "16:9, 9:16, 4:3 or 1:1")
       ->check(CLI::IsMember({"16:9", "9:16", "4:3", "1:1"}));
   sub->add_option("--width", g->width, "width in pixels, a multiple of 16 (overrides --resolution)");
@@ -154,30 +206,29 @@ void register_generate(CLI::App& app, Commands& cmds) {
   sub->add_option("--sampler", g->sampler, "rcm (few-step student, default), unipc or euler (Wan teacher)")
       ->check(CLI::IsMember({"rcm", "unipc", "euler"}));
   sub->add_option("--num-steps", o.num_steps, "rCM steps, 1 to 4 (default 4)");
-  sub->add_option("--sigma-max", o.sigma_max, "rCM initial sigma (default 80)");
+  sub->add_option("--sigma-max", o.sigma_max, "rCM initial sigma (default 80; I2V 200)");
   sub->add_flag("--ode", o.ode, "rCM: deterministic ODE update instead of fresh noise each step");
   sub->add_option("--steps", o.steps, "teacher steps (default 50)");
   sub->add_option("--guidance", o.guidance, "teacher classifier-free guidance (default 5; 1 = no negative pass)");
   sub->add_option("--shift", o.shift, "teacher sigma shift (default 5)");
   sub->add_option("--negative-prompt", o.negative_prompt, "teacher negative prompt (default empty)");
   sub->add_option("--attention", g->attention,
-                  "original (exact); sla or sagesla: the fp32 SLA reference, CPU only so far (CUDA: issue 6)")
+                  "original (exact); sla or sagesla: top-k block-sparse + linear attention (CPU: the fp32 reference; CUDA: GPU kernels, sagesla where the sage kernel is built)")
       ->check(CLI::IsMember({"original", "sla", "sagesla"}));
   sub->add_option("--sla-topk", g->sla_topk, "SLA/SageSLA: fraction of key blocks kept per query block (default 0.1)");
   sub->add_flag("--quant-linear", o.quant_linear, "W8A8 INT8 block linears (INT8 checkpoints as they are)");
   sub->add_option("--device", g->device, "cpu or cuda for the text encoder and DiT (the VAE runs on the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--offload", g->offload, "which models share the GPU: none (each stays from its first to its last "
+                                           "use), model (only the running one; others wait in host memory), auto "
+                                           "(none when everything fits, default)")
+      ->check(CLI::IsMember({"none", "model", "auto"}));
   sub->add_option("--dtype", g->dtype, "f32 (CPU) or bf16 (default: f32 on cpu, bf16 on cuda)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   sub->add_option("-o,--output", o.output, "out.mp4 (H.264, 16 fps) or a frame pattern like frames/%04d.png")
       ->required();
   sub->add_flag("--quiet", g->quiet, "no progress bars or summary");
   sub->add_flag("--json", g->json, "print a JSON summary (per-stage timings, peak GPU memory) instead of text");
-  sub->add_option("--high-noise-dit", g->high_noise_dit, "I2V (not implemented yet)");
-  sub->add_option("--low-noise-dit", g->low_noise_dit, "I2V (not implemented yet)");
-  sub->add_option("--boundary", g->boundary, "I2V (not implemented yet)");
-  sub->add_option("--image", g->image, "I2V (not implemented yet)");
-  sub->add_flag("--adaptive-resolution", g->adaptive_resolution, "I2V (not implemented yet)");
   cmds.emplace_back(sub, [g] { return run_generate(*g); });
 }
 

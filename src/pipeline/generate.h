@@ -1,10 +1,28 @@
-// Text to video: prompt -> umT5 context (zero-padded) -> DiT sampling (rCM
-// few-step student, or the Wan teacher with UniPC / Euler and classifier-free
-// guidance) -> Wan VAE decode -> MP4 or PNG frames.
+// Video generation, T2V and I2V: prompt (and image) -> umT5 context
+// (zero-padded) -> DiT sampling (rCM few-step student, or the Wan teacher with
+// UniPC / Euler and classifier-free guidance) -> Wan VAE decode -> MP4 or PNG
+// frames, for one or more samples.
 //
-// Residency: the text encoder is loaded, run and freed before the DiT is
-// loaded, so the two never share the GPU; the VAE runs on the CPU (its CUDA
-// path is not written yet), after the DiT is freed.
+// T2V: one DiT (in_dim = z). I2V (Wan2.2-I2V-A14B): the image becomes the
+// 36-channel condition (pipeline/image_condition.h) and two experts share the
+// steps: the high-noise expert while the step's time is at or above the
+// boundary, the low-noise one below it:
+//   rCM            expert = high iff t_cur >= boundary, t_cur the flow time of
+//                  the step (TurboDiffusion's wan2.2_i2v_infer.py switches when
+//                  t_cur < boundary; with sigma_max 200 and 4 steps, times
+//                  0.995, 0.934, 0.853, 0.609 at boundary 0.9: high, high, low, low)
+//   UniPC / Euler  expert = high iff timestep >= boundary * 1000 (Wan2.2's
+//                  generate and diffusers' WanImageToVideoPipeline with
+//                  boundary_ratio), the same guidance for both experts.
+// A single DiT with in_dim 36 (--dit with --image) runs every step.
+//
+// Samples: sample k uses seed + k (its initial noise and rCM's per-step noise
+// are the Philox streams of that seed, sampling/noise.h), so sample k of a run
+// is the video a one-sample run with --seed seed+k makes. The text (and the
+// image condition) are computed once; samples run one after another through
+// the DiT with the models resident (pipeline/residency.h decides what sits on
+// the GPU). Output names: one sample writes `output`; N > 1 insert _k before
+// the extension (out.mp4 -> out_0.mp4 ..., f_%04d.png -> f_%04d_0.png ...).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,32 +31,41 @@
 
 #include "core/tensor.h"
 #include "nn/attention.h"
+#include "pipeline/residency.h"
+#include "sampling/schedule.h"
 
 namespace td::pipeline {
 
-enum class T2VSampler { Rcm, UniPC, Euler };
+enum class SamplerKind { Rcm, UniPC, Euler };
 
-struct T2VOptions {
-  // Model files.
+struct GenerateOptions {
+  // Model files. T2V: `dit`. I2V: `high_noise_dit` + `low_noise_dit` (or `dit` alone with in_dim 36).
   std::vector<std::string> dit;  // one or more files / folders (sharded checkpoints)
-  std::string dit_config;        // diffusers config.json; "" = beside the weights or detected
+  std::vector<std::string> high_noise_dit, low_noise_dit;
+  std::string dit_config;        // diffusers config.json for the DiT(s); "" = beside the weights or detected
   std::string vae, text_encoder, tokenizer;
-  std::string model;  // "" = detected; else a wan_preset name the DiT must match (dim, layers, heads)
+  std::string model;  // "" = detected; else a wan_preset name every DiT must match (dim, layers, heads)
+  // I2V.
+  std::string image;                 // "" = T2V
+  bool adaptive_resolution = false;  // keep the area of width x height, take the image's aspect ratio
+  double boundary = 0.9;             // in [0, 1]
   // What to make.
   std::string prompt, negative_prompt;
   uint64_t seed = 0;
-  int64_t num_frames = 81;  // 4k + 1
-  int64_t width = 832, height = 480;  // multiples of 16
+  int64_t num_samples = 1;
+  int64_t num_frames = 81;            // 4k + 1
+  int64_t width = 832, height = 480;  // multiples of 16 (the target area with adaptive_resolution)
   int64_t max_text_tokens = 512;
   // Where and how.
-  Device device = Device::cpu();  // DiT and text encoder; the VAE runs on the CPU
+  Device device = Device::cpu();  // DiT, text encoder and VAE decode
   DType dtype = DType::F32;       // run dtype of DiT / encoder matmuls (bf16 on CUDA)
   bool quant_linear = false;
+  OffloadPolicy offload = OffloadPolicy::Auto;
   // Self-attention: sla / sagesla run the fp32 SLA reference on the host only (issue 6).
   nn::AttentionKind attention = nn::AttentionKind::Original;
   double sla_topk = 0.1;
   // Sampler.
-  T2VSampler sampler = T2VSampler::Rcm;
+  SamplerKind sampler = SamplerKind::Rcm;
   int num_steps = 4;  // rCM, 1..4
   double sigma_max = 80.0;
   bool ode = false;
@@ -46,16 +73,28 @@ struct T2VOptions {
   double guidance = 5.0, shift = 5.0;
   std::string output;  // .mp4 or %04d.png pattern
   int fps = 16;
+
+  bool i2v() const { return !image.empty(); }
+  bool two_experts() const { return !high_noise_dit.empty() || !low_noise_dit.empty(); }
 };
 
-struct T2VResult {
+struct GenerateResult {
+  std::string mode;               // "t2v" or "i2v"
   Shape latent_shape;             // [1, z, T, H/8, W/8]
   int64_t frames = 0, width = 0, height = 0;
+  int64_t image_width = 0, image_height = 0;  // I2V: the input image as read
   int64_t prompt_tokens = 0;      // after truncation, with </s>
   int64_t prompt_tokens_untruncated = 0;
-  double text_s = 0, diffusion_s = 0, vae_s = 0, encode_s = 0, total_s = 0;  // load included in each stage
+  std::vector<std::string> outputs;  // one per sample
+  std::vector<uint64_t> seeds;       // one per sample
+  std::vector<std::string> step_experts;  // per step: "dit", or "high" / "low"
+  OffloadPolicy offload = OffloadPolicy::None;  // as resolved
+  std::vector<std::string> residency;  // what happened before each stage (describe_plan lines)
+  // Seconds, load included in each stage; diffusion / vae / encode summed over samples.
+  double text_s = 0, image_s = 0, diffusion_s = 0, vae_s = 0, encode_s = 0, total_s = 0;
   size_t peak_gpu_bytes = 0;      // 0 on the CPU
-  std::string dit_description, vae_description, text_encoder_description;
+  size_t peak_text_bytes = 0, peak_diffusion_bytes = 0, peak_vae_bytes = 0;  // per stage
+  std::string dit_description, low_noise_dit_description, vae_description, text_encoder_description;
 };
 
 // The pixel size TurboDiffusion uses for a resolution and aspect ratio
@@ -63,12 +102,22 @@ struct T2VResult {
 // unknown pair.
 std::pair<int64_t, int64_t> wan_resolution(const std::string& resolution, const std::string& aspect_ratio);
 
-// Checks the options that need no file: frames 4k+1, sizes multiples of 16,
-// step counts, the output path (kind and writable directory). Usage / Io errors.
-void validate_t2v_options(const T2VOptions& options);
+// The name sample `index` of `count` is written to (see above).
+std::string sample_output_path(const std::string& output, int64_t index, int64_t count);
 
-// Runs the whole pipeline and writes options.output. Throws td::Error on any
-// failure; the output name is only created once the file is complete.
-T2VResult run_t2v(const T2VOptions& options);
+// Which steps the high-noise expert runs (true) and which the low-noise one
+// (false), by the rules above.
+std::vector<bool> rcm_high_noise_steps(const sampling::RcmSchedule& schedule, double boundary);
+std::vector<bool> flow_high_noise_steps(const sampling::FlowSchedule& schedule, double boundary);
+
+// Checks the options that need no model file: frames 4k+1, sizes multiples of
+// 16, step counts, samples >= 1, the boundary, which models go with which
+// mode, that the model files and the image exist, every output path (kind and
+// writable directory). Usage / Io errors.
+void validate_generate_options(const GenerateOptions& options);
+
+// Runs the whole pipeline and writes the outputs. Throws td::Error on any
+// failure; an output name is only created once its file is complete.
+GenerateResult run_generate(const GenerateOptions& options);
 
 }  // namespace td::pipeline

@@ -199,7 +199,7 @@ TEST(Generate, BadInputsRefusedWithoutOutput) {
   expect_refused(on_cuda + small(p, 1) + " --attention sagesla" + out, dir, "CUDA");
   expect_refused(models() + small(p, 1) + " --sla-topk 0.5" + out, dir, "--sla-topk");
   expect_refused(models() + small(p, 1) + " --attention sla --sla-topk 0" + out, dir, "--sla-topk");
-  expect_refused(models() + small(p, 1) + " --image x.png" + out, dir, "I2V not implemented yet");
+  expect_refused(models() + small(p, 1) + " --image x.png" + out, dir, "--image x.png does not exist");
   expect_refused(models() + small(p, 1) + " --model Wan2.1-14B" + out, dir, "dim 5120");
 }
 
