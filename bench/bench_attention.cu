@@ -7,14 +7,22 @@
 // Repetitions are sized to ~1 s per kernel and shape (3 at least), so the whole
 // run stays well under two minutes. Prints JSON; compare with
 // bench/torch_attention.py run on the same GPU.
-//   bench_attention [name-filter-substring]
+//
+// SageAttention (sage_attention_cuda, quantization pre-pass included in every
+// timing) on every backend the device runs ("sage_<backend>"), dense, and
+// block-sparse at topk 0.05 / 0.1 / 0.2 with a random valid LUT (SageSLA's
+// blocks: 64x128 on sm_90a, 128x64 portable) on the self-attention shapes;
+// sparse TFLOP/s are dense-equivalent (the dense FLOP count / time).
+//   bench_attention [name-filter-substring] [--no-flash] [--no-sparse]
 #include <cuda_bf16.h>
 #if TURBODIFF_HAVE_CUDNN
 #include <cudnn.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +30,7 @@
 #include "bench_util.h"
 #include "core/dtype.h"
 #include "kernels/attention/attention.h"
+#include "kernels/sage_attention/sage_attention.h"
 
 namespace {
 
@@ -73,7 +82,14 @@ double rel_l2_sample(const void* a, const void* b, size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string filter = argc > 1 ? argv[1] : "";
+  std::string filter;
+  bool run_flash = true, run_sparse = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-flash") run_flash = false;
+    else if (a == "--no-sparse") run_sparse = false;
+    else filter = a;
+  }
   cudaStream_t stream;
   TD_BENCH_CUDA(cudaStreamCreate(&stream));
   nlohmann::json out;
@@ -145,7 +161,7 @@ int main(int argc, char** argv) {
     r["cudnn_error"] = "built without cuDNN";
 #endif
 
-    {
+    if (run_flash) {
       Status st = Status::Ok;
       auto run = [&](int) {
         if (st == Status::Ok) st = td::kernels::attention_flash_cuda(p, q, k, v, o_flash, nullptr, stream);
@@ -170,6 +186,75 @@ int main(int argc, char** argv) {
       // Both outputs should agree to bf16 precision (sanity check, not a test).
       r["flash_vs_cudnn_rel_l2_first_1M"] = rel_l2_sample(o_flash, o_cudnn, std::min<size_t>(nq, size_t(1) << 20));
     }
+    // SageAttention: each backend the device runs; dense, then sparse.
+    for (const td::kernels::SageBackend be : {td::kernels::SageBackend::Sm90, td::kernels::SageBackend::Portable}) {
+      const bool sm90 = be == td::kernels::SageBackend::Sm90;
+      const std::string key = sm90 ? "sage_sm90" : "sage_portable";
+      if (td::kernels::sage_attention_supports(p, nullptr, be) != Status::Ok) {
+        r[key + "_error"] = td::kernels::attention_last_error();
+        continue;
+      }
+      const size_t ws_bytes = td::kernels::sage_attention_workspace_size(p, be);
+      void* ws = nullptr;
+      TD_BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+      Status st = Status::Ok;
+      auto run = [&](int) {
+        if (st == Status::Ok)
+          st = td::kernels::sage_attention_cuda(p, q, k, v, o_flash, nullptr, nullptr, be, ws, ws_bytes, stream);
+      };
+      run(0);
+      if (st == Status::Ok) {
+        const td::bench::Timing t = td::bench::time_cuda(run, stream, 1, reps_for(time_once(run, stream)));
+        if (st == Status::Ok) {
+          record(key.c_str(), t);
+          r[key + "_workspace_bytes"] = ws_bytes;
+          if (r.contains("cudnn_ms")) {
+            r[key + "_speed_vs_cudnn"] = r["cudnn_ms"].get<double>() / t.median_ms;
+            r[key + "_vs_cudnn_rel_l2_first_1M"] = rel_l2_sample(o_flash, o_cudnn, std::min<size_t>(nq, size_t(1) << 20));
+          }
+        }
+      }
+      if (st != Status::Ok) r[key + "_error"] = td::kernels::attention_last_error();
+      if (run_sparse && s.len_q == s.len_kv && st == Status::Ok) {
+        const int64_t bq = sm90 ? 64 : 128, bk = sm90 ? 128 : 64;
+        const int64_t QB = (s.len_q + bq - 1) / bq, KB = (s.len_kv + bk - 1) / bk;
+        for (const double topk : {0.05, 0.1, 0.2}) {
+          const int64_t n_sel = std::max<int64_t>(1, int64_t(topk * double(KB)));
+          std::vector<int32_t> lut;
+          std::vector<int32_t> all(static_cast<size_t>(KB));
+          std::mt19937 gen(1234);
+          for (int64_t row = 0; row < s.batch * s.heads * QB; ++row) {
+            for (int64_t i = 0; i < KB; ++i) all[size_t(i)] = int32_t(i);
+            std::shuffle(all.begin(), all.end(), gen);
+            lut.insert(lut.end(), all.begin(), all.begin() + n_sel);
+          }
+          int32_t* lut_dev = nullptr;
+          TD_BENCH_CUDA(cudaMalloc(&lut_dev, lut.size() * 4));
+          TD_BENCH_CUDA(cudaMemcpy(lut_dev, lut.data(), lut.size() * 4, cudaMemcpyHostToDevice));
+          const td::kernels::SageSparse sp{lut_dev, n_sel, bq, bk};
+          Status sst = Status::Ok;
+          auto run_sp = [&](int) {
+            if (sst == Status::Ok)
+              sst = td::kernels::sage_attention_cuda(p, q, k, v, o_flash, nullptr, &sp, be, ws, ws_bytes, stream);
+          };
+          run_sp(0);
+          char name[64];
+          std::snprintf(name, sizeof name, "%s_sparse_topk%.2f", key.c_str(), topk);
+          if (sst == Status::Ok) {
+            const td::bench::Timing t = td::bench::time_cuda(run_sp, stream, 1, reps_for(time_once(run_sp, stream), 300.0));
+            if (sst == Status::Ok) {
+              record(name, t);
+              r[std::string(name) + "_n_sel"] = n_sel;
+              r[std::string(name) + "_blocks"] = std::to_string(bq) + "x" + std::to_string(bk);
+            }
+          }
+          if (sst != Status::Ok) r[std::string(name) + "_error"] = td::kernels::attention_last_error();
+          cudaFree(lut_dev);
+        }
+      }
+      cudaFree(ws);
+    }
+
     results.push_back(r);
     std::fprintf(stderr, "%s\n", r.dump().c_str());
     cudaFree(q);

@@ -16,6 +16,14 @@ const std::vector<KernelFamily>& kernel_families() {
     f.push_back({"rope", "Q/K RMSNorm over the model dim fused with Wan's 3-D RoPE", false, smoke::rope_family});
     f.push_back({"attention", "exact attention: cuDNN fused SDPA (when linked) and the portable flash kernel", false,
                  smoke::attention_family});
+    f.push_back({"sla", "SLA: GPU block selection, BF16 block-sparse flash (128x64), linear branch + proj_l", false,
+                 smoke::sla_family});
+#if __has_include("ops/sage_attention.h")
+    f.push_back({"sagesla", "SageSLA: SLA's selection (64x128) and linear branch around the SageAttention-style kernel",
+                 false, smoke::sagesla_family});
+#endif
+    f.push_back({"sage", "SageAttention-style INT8 Q·K / FP16 P·V attention (portable mma.sync kernel), dense and block-sparse",
+                 false, smoke::sage_family});
     f.push_back({"t5_attention", "umT5 encoder attention with relative-position bias and key mask", false,
                  smoke::t5_attention_family});
     return f;

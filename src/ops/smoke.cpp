@@ -9,10 +9,12 @@
 #include "kernels/quant/quant_token128.h"
 #include "kernels/rope/qk_norm_rope.h"
 #include "kernels/rope/rope_tables.h"
+#include "kernels/sage_attention/sage_attention.h"
 #include "kernels/t5_attention/t5_attention.h"
 #include "ops/common.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
+#include "ops/sla.h"
 
 namespace td::ops::smoke {
 
@@ -221,6 +223,74 @@ Results attention_family(int device) {
   return out;
 }
 
+Results sage_family(int device) {
+  // Dense and 64x128 block-sparse on every backend this device runs, against
+  // the CPU simulation of the same quantization.
+  const Device gpu = Device::cuda(device);
+  const int64_t B = 1, Hh = 2, L = 200, D = 128;
+  const auto p = kernels::AttnProblem::make(kernels::AttnLayout::BLHD, B, Hh, L, L, D);
+  Tensor q = host_randn({B, L, Hh, D}, DType::BF16, 61), k = host_randn({B, L, Hh, D}, DType::BF16, 62),
+         v = host_randn({B, L, Hh, D}, DType::BF16, 63);
+  const int64_t QB = (L + 63) / 64, n_sel = 1;
+  Tensor lut = Tensor::empty({B, Hh, QB, n_sel}, DType::I32);
+  for (int64_t i = 0; i < B * Hh * QB; ++i) lut.data<int32_t>()[i] = int32_t(i % 2);
+  Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu), lg = lut.to(gpu);
+  Results out;
+  for (const auto be : {kernels::SageBackend::Portable, kernels::SageBackend::Sm90}) {
+    const char* name = be == kernels::SageBackend::Sm90 ? "sm90" : "portable";
+    for (const bool sparse : {false, true}) {
+      const kernels::SageSparse hs{lut.data<int32_t>(), n_sel, 64, 128}, ds{lg.data<int32_t>(), n_sel, 64, 128};
+      if (kernels::sage_attention_supports(p, sparse ? &ds : nullptr, be) != kernels::Status::Ok) {
+        if (be == kernels::SageBackend::Sm90) continue;  // not built or not a Hopper GPU
+        out.push_back({name, {false, kernels::attention_last_error()}});
+        continue;
+      }
+      out.push_back({std::string(name) + (sparse ? "_sparse" : ""), guarded([&] {
+        Tensor ref = Tensor::empty({B, L, Hh, D}, DType::BF16);
+        check_status(kernels::sage_attention_cpu(p, q.raw_data(), k.raw_data(), v.raw_data(), ref.raw_data(), nullptr,
+                                                 sparse ? &hs : nullptr, be),
+                     "sage_attention", "cpu");
+        const size_t ws_bytes = kernels::sage_attention_workspace_size(p, be);
+        Tensor w = Tensor::empty({int64_t(ws_bytes)}, DType::U8, gpu);
+        Tensor o = Tensor::empty({B, L, Hh, D}, DType::BF16, gpu);
+        const auto s = kernels::sage_attention_cuda(p, qg.raw_data(), kg.raw_data(), vg.raw_data(), o.raw_data(),
+                                                    nullptr, sparse ? &ds : nullptr, be, w.raw_data(), ws_bytes,
+                                                    cuda::current_stream());
+        if (s != kernels::Status::Ok) return SmokeResult{false, kernels::attention_last_error()};
+        return compare(o, ref, 1e-2);
+      })});
+    }
+  }
+  return out;
+}
+
+namespace {
+// The whole SLA layer on the GPU against the CPU reference: 300 tokens, 2
+// heads, head_dim 128, topk 0.2, a random proj_l.
+SmokeResult sla_layer_smoke(int device, int64_t block_q, int64_t block_k, double max_rel_l2) {
+  const Device gpu = Device::cuda(device);
+  const int64_t B = 1, L = 300, Hh = 2, D = 128;
+  Tensor q = host_randn({B, L, Hh, D}, DType::BF16, 71, 1.f, 0.f), k = host_randn({B, L, Hh, D}, DType::BF16, 72, 1.f, 0.5f),
+         v = host_randn({B, L, Hh, D}, DType::BF16, 73, 1.f, 0.f);
+  Tensor w = host_randn({D, D}, DType::F32, 74, 0.1f, 0.f), b = host_randn({D}, DType::F32, 75, 0.1f, 0.f);
+  SlaOptions so;
+  so.topk = 0.2;
+  so.block_q = block_q;
+  so.block_k = block_k;
+  const Tensor ref = sla(q, k, v, w, b, so, DType::F32);
+  const Tensor got = sla(q.to(gpu), k.to(gpu), v.to(gpu), w.to(gpu), b.to(gpu), so);
+  return compare(got, ref, max_rel_l2);
+}
+}  // namespace
+
+Results sla_family(int device) {
+  return {{"sla", guarded([&] { return sla_layer_smoke(device, 128, 64, 1e-2); })}};
+}
+
+Results sagesla_family(int device) {
+  return {{"sagesla", guarded([&] { return sla_layer_smoke(device, 64, 128, 5e-2); })}};
+}
+
 Results t5_attention_family(int device) {
   const Device gpu = Device::cuda(device);
   const int64_t B = 1, L = 33, H = 2, D = 16, buckets = 8;
@@ -252,7 +322,10 @@ Results t5_attention_family(int device) {
 Results quant_family(int) { return {}; }
 Results rope_family(int) { return {}; }
 Results attention_family(int) { return {}; }
+Results sage_family(int) { return {}; }
 Results t5_attention_family(int) { return {}; }
+Results sla_family(int) { return {}; }
+Results sagesla_family(int) { return {}; }
 #endif
 
 }  // namespace td::ops::smoke

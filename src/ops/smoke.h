@@ -32,6 +32,9 @@ Results elementwise_family(int device);
 Results quant_family(int device);
 Results rope_family(int device);
 Results attention_family(int device);
+Results sla_family(int device);      // `sla`: selection, BF16 sparse kernel, linear branch + proj_l
+Results sagesla_family(int device);  // `sagesla`: the same around the SageAttention-style kernel
+Results sage_family(int device);
 Results t5_attention_family(int device);
 
 }  // namespace td::ops::smoke

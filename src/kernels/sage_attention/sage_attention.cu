@@ -1,0 +1,786 @@
+// SageAttention-style quantized attention on CUDA: the quantization pre-pass
+// (every backend) and the portable kernel (sm_80+: INT8 mma.sync for Q·Kᵀ,
+// FP16 mma.sync for P̃·V, fp32 accumulation), dense and LUT block-sparse.
+// The quantization contract is in sage_attention.h; sage_attention_cpu
+// simulates it.
+//
+// Pre-pass, three launches on the workspace:
+//   1. stats     grid (chunks of 256 tokens, H, B): per chunk, Σ K and max|V| per channel
+//   2. finalize  grid (B·H): K mean, V scale per channel (fixed order: deterministic)
+//   3. quantize  grid (64-row blocks of Q, K and V, H, B): Q INT8 per token (and
+//                scale·q·km for the LSE), K - km INT8 per 64-key block, V·448/amax
+//                to FP16 (portable) [B, H, Lk_pad, D]. Padded rows are zero.
+//
+// Portable attention kernel: one CTA of block_q/16 warps owns block_q (128
+// dense) query rows of one (batch, head); each warp owns 16 rows with its INT8
+// Q fragments in registers. Key tiles of 64 (INT8 K 64xD, FP16 V 64xD) stream
+// through a 3-stage cp.async pipeline; the tile list is 0..n-1 (dense) or the
+// LUT row's key blocks (block_k/64 tiles each). Per tile and warp:
+//   S = Q·Kᵀ        mma.sync m16n8k32 s8 -> s32 (K fragments by ldmatrix: the
+//                   INT8 fragment layout equals the BF16 m16n8k16 one in bytes)
+//   dequant         float(S)·(sq·scale·log2 e)·sk, one FMUL per element
+//   online softmax  exp2, running max and row sum as in flash_attention.cu
+//   O += P̃·V        P̃ rounded to FP16 from the S registers, V by ldmatrix.trans
+// Epilogue: O·sv/l staged in shared memory, 16-byte stores; LSE with the
+// K-smoothing correction.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/sage_attention/sage_attention.h"
+#include "kernels/sage_attention/sage_attention_internal.h"
+
+namespace td::kernels {
+namespace sage {
+namespace {
+
+constexpr int kStatsChunk = 256;  // tokens per stats CTA
+constexpr int kPrepThreads = 128;
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+// ---------------------------------------------------------------------------
+// Pre-pass kernels
+
+template <int D>
+__global__ void __launch_bounds__(kPrepThreads) stats_kernel(const PrepParams p) {
+  constexpr int kC = D / 8;                  // 16-byte chunks of a bf16 row
+  constexpr int kRows = kPrepThreads / kC;   // rows per sweep
+  __shared__ float s_sum[kRows][D];
+  __shared__ float s_max[kRows][D];
+  const int tid = threadIdx.x, chunk = tid % kC, rsub = tid / kC;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int t0 = blockIdx.x * kStatsChunk;
+  const int t1 = min(p.len_kv, t0 + kStatsChunk);
+  float sum[8], mx[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum[i] = 0.f, mx[i] = 0.f;
+  const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head + chunk * 8;
+  const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head + chunk * 8;
+  for (int t = t0 + rsub; t < t1; t += kRows) {
+    const uint4 kr = *reinterpret_cast<const uint4*>(kg + int64_t(t) * p.ks.token);
+    const uint4 vr = *reinterpret_cast<const uint4*>(vg + int64_t(t) * p.vs.token);
+    const __nv_bfloat16* kk = reinterpret_cast<const __nv_bfloat16*>(&kr);
+    const __nv_bfloat16* vv = reinterpret_cast<const __nv_bfloat16*>(&vr);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      sum[i] += __bfloat162float(kk[i]);
+      mx[i] = fmaxf(mx[i], fabsf(__bfloat162float(vv[i])));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s_sum[rsub][chunk * 8 + i] = sum[i];
+    s_max[rsub][chunk * 8 + i] = mx[i];
+  }
+  __syncthreads();
+  if (tid < D) {
+    float s = 0.f, m = 0.f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      s += s_sum[r][tid];
+      m = fmaxf(m, s_max[r][tid]);
+    }
+    float* part = p.partial + ((int64_t(b) * p.heads + h) * p.n_chunks + blockIdx.x) * 2 * D;
+    part[tid] = s;
+    part[D + tid] = m;
+  }
+}
+
+__global__ void finalize_kernel(const PrepParams p, int D) {
+  const int bh = blockIdx.x, c = threadIdx.x;
+  if (c >= D) return;
+  const float* part = p.partial + int64_t(bh) * p.n_chunks * 2 * D;
+  float s = 0.f, m = 0.f;
+  for (int i = 0; i < p.n_chunks; ++i) {
+    s += part[int64_t(i) * 2 * D + c];
+    m = fmaxf(m, part[int64_t(i) * 2 * D + D + c]);
+  }
+  p.km[int64_t(bh) * D + c] = s / float(p.len_kv);
+  p.vscale[int64_t(bh) * D + c] = m / 448.f;
+  p.vinv[int64_t(bh) * D + c] = m > 0.f ? 448.f / m : 0.f;
+}
+
+__device__ __forceinline__ int quant_i8(float x) { return max(-127, min(127, int(roundf(x)))); }
+
+__device__ __forceinline__ uint32_t pack_i8x4(float a, float b, float c, float d) {
+  return uint32_t(quant_i8(a) & 0xff) | (uint32_t(quant_i8(b) & 0xff) << 8) | (uint32_t(quant_i8(c) & 0xff) << 16) |
+         (uint32_t(quant_i8(d) & 0xff) << 24);
+}
+
+// blockIdx.x: [0, nq) Q blocks, [nq, nq + nk) K blocks, [nq + nk, nq + 2nk) V blocks, 64 rows each.
+template <int D>
+__global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p) {
+  constexpr int kC = D / 8;
+  constexpr int kRows = kPrepThreads / kC;
+  constexpr int kPerThread = 64 / kRows;
+  const int tid = threadIdx.x, chunk = tid % kC, rsub = tid / kC;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const int nq = p.lq_pad / 64, nk = p.lk_pad / 64;
+  int blk = blockIdx.x;
+  const float* km = p.km + bh * D + chunk * 8;
+
+  if (blk < nq) {
+    const __nv_bfloat16* qg = p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + chunk * 8;
+    float kmv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) kmv[i] = km[i];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      float x[8];
+      float amax = 0.f, dot = 0.f;
+      if (t < p.len_q) {
+        const uint4 r = *reinterpret_cast<const uint4*>(qg + int64_t(t) * p.qs.token);
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          x[i] = __bfloat162float(e[i]);
+          amax = fmaxf(amax, fabsf(x[i]));
+          dot = fmaf(x[i], kmv[i], dot);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = 0.f;
+      }
+#pragma unroll
+      for (int off = 1; off < kC; off <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      }
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      uint2 w;
+      w.x = pack_i8x4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+      w.y = pack_i8x4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+      *reinterpret_cast<uint2*>(p.qi8 + (bh * p.lq_pad + t) * D + chunk * 8) = w;
+      if (chunk == 0) {
+        p.qscale[bh * p.lq_pad + t] = (amax / 127.f) * p.scale_log2;
+        p.qkm[bh * p.lq_pad + t] = dot * p.scale;
+      }
+    }
+    return;
+  }
+  blk -= nq;
+  if (blk < nk) {
+    __shared__ float s_red[kPrepThreads / 32];
+    const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head + chunk * 8;
+    float x[kPerThread][8];
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      if (t < p.len_kv) {
+        const uint4 r = *reinterpret_cast<const uint4*>(kg + int64_t(t) * p.ks.token);
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          x[j][i] = __bfloat162float(e[i]) - km[i];
+          amax = fmaxf(amax, fabsf(x[j][i]));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[j][i] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (tid % 32 == 0) s_red[tid / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kPrepThreads / 32; ++w) amax = fmaxf(amax, s_red[w]);
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      uint2 w;
+      w.x = pack_i8x4(x[j][0] * inv, x[j][1] * inv, x[j][2] * inv, x[j][3] * inv);
+      w.y = pack_i8x4(x[j][4] * inv, x[j][5] * inv, x[j][6] * inv, x[j][7] * inv);
+      *reinterpret_cast<uint2*>(p.ki8 + (bh * p.lk_pad + t) * D + chunk * 8) = w;
+    }
+    if (tid == 0) p.kscale[bh * (p.lk_pad / 64) + blk] = amax / 127.f;
+    return;
+  }
+  blk -= nk;
+  {
+    const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head + chunk * 8;
+    const float* vinv = p.vinv + bh * D + chunk * 8;
+    float sc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sc[i] = vinv[i];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      uint4 out = make_uint4(0, 0, 0, 0);
+      if (t < p.len_kv) {
+        const uint4 r = *reinterpret_cast<const uint4*>(vg + int64_t(t) * p.vs.token);
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&r);
+        __half2* o2 = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o2[i] = __floats2half2_rn(__bfloat162float(e[2 * i]) * sc[2 * i], __bfloat162float(e[2 * i + 1]) * sc[2 * i + 1]);
+      }
+      *reinterpret_cast<uint4*>(p.v16 + (bh * p.lk_pad + t) * D + chunk * 8) = out;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Portable attention kernel
+
+constexpr int kTileK = 64;  // keys per K/V tile
+constexpr int kStages = 3;
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kChunks
+// chunks per row, XOR-swizzled so 8 consecutive rows at one chunk hit 8
+// distinct 16-byte bank groups (for 4-chunk rows, pairs of rows share a 128-byte line).
+template <int kChunks>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  if constexpr (kChunks >= 8) return uint32_t(row * kChunks * 16 + ((chunk ^ (row & 7)) << 4));
+  else return uint32_t(row * kChunks * 16 + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+// Copies kRows x (kChunks x 16 bytes) from a dense row-major source into a swizzled tile.
+template <int kChunks, int kRows, int kThreads>
+__device__ __forceinline__ void load_rows(uint32_t dst, const uint8_t* src, int tid) {
+  static_assert(kRows * kChunks % kThreads == 0, "tile must split evenly over the CTA");
+#pragma unroll
+  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+    const int idx = i * kThreads + tid;
+    const int row = idx / kChunks, chunk = idx % kChunks;
+    cp_async_16(dst + swz<kChunks>(row, chunk), src + (int64_t(row) * kChunks + chunk) * 16);
+  }
+}
+
+template <int D, int kWarps>
+struct PortableTraits {
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = kWarps * 16;
+  static constexpr int kQChunks = D / 16;  // INT8 row
+  static constexpr int kVChunks = D / 8;   // FP16 row
+  static constexpr int kQBytes = kBlockM * D;
+  static constexpr int kKBytes = kTileK * D;
+  static constexpr int kVBytes = kTileK * D * 2;
+  static constexpr int kStageBytes = kKBytes + kVBytes;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes;
+  static_assert(kStages * kStageBytes >= kBlockM * D * 2, "O staging must fit in the K/V stages");
+};
+
+// kTilesPerBlock: 64-key tiles per LUT key block (block_k / 64); 0 = dense.
+template <int D, int kWarps, int kTilesPerBlock>
+__global__ void __launch_bounds__(kWarps * 32, 1) portable_kernel(const AttnParams p) {
+  using T = PortableTraits<D, kWarps>;
+  constexpr int kThreads = T::kThreads, kBlockM = T::kBlockM;
+  constexpr int kQC = T::kQChunks, kVC = T::kVChunks;
+  constexpr int kKSteps = D / 32;         // k-steps of Q·Kᵀ (32 INT8 channels)
+  constexpr int kSTiles = kTileK / 8;     // n-tiles of S
+  constexpr int kPSteps = kTileK / 16;    // k-steps of P·V
+  constexpr int kOTiles = D / 8;
+  constexpr bool kSparse = kTilesPerBlock > 0;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t smem_q = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t smem_kv = smem_q + T::kQBytes;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int qblk = blockIdx.x, q0 = qblk * kBlockM;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+
+  const uint8_t* qg = p.qi8 + (bh * p.lq_pad + q0) * D;
+  const uint8_t* kg = p.ki8 + bh * p.lk_pad * D;
+  const uint8_t* vg = reinterpret_cast<const uint8_t*>(p.v16 + bh * p.lk_pad * D);
+  const float* kscale = p.kscale + bh * (p.lk_pad / 64);
+  const int32_t* lut = kSparse ? p.lut + (bh * p.n_qblocks + qblk) * p.n_sel : nullptr;
+  const int n_tiles = kSparse ? p.n_sel * kTilesPerBlock : (p.len_kv + kTileK - 1) / kTileK;
+  const int n_ktiles_total = (p.len_kv + kTileK - 1) / kTileK;
+
+  // Tile index of the j-th visited tile; -1 when it holds no key (past len_kv or a bad LUT entry).
+  auto tile_at = [&](int j) -> int {
+    if constexpr (!kSparse) {
+      return j;
+    } else {
+      const int kb = __ldg(lut + j / kTilesPerBlock);
+      const int t = kb * kTilesPerBlock + j % kTilesPerBlock;
+      return (kb < 0 || t >= n_ktiles_total) ? -1 : t;
+    }
+  };
+  auto load_stage = [&](int stage, int tile) {
+    const uint32_t dst = smem_kv + stage * T::kStageBytes;
+    load_rows<kQC, kTileK, kThreads>(dst, kg + int64_t(tile) * kTileK * D, tid);
+    load_rows<kVC, kTileK, kThreads>(dst + T::kKBytes, vg + int64_t(tile) * kTileK * D * 2, tid);
+  };
+
+  load_rows<kQC, kBlockM, kThreads>(smem_q, qg, tid);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_tiles) {
+      const int t = tile_at(s);
+      if (t >= 0) load_stage(s, t);
+    }
+    cp_async_commit();
+  }
+
+  const int r0 = warp * 16 + (lane >> 2);
+  const float qs0 = p.qscale[bh * p.lq_pad + q0 + r0];
+  const float qs1 = p.qscale[bh * p.lq_pad + q0 + r0 + 8];
+
+  uint32_t qf[kKSteps][4];
+  float o[kOTiles][4];
+#pragma unroll
+  for (int t = 0; t < kOTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  int stage_compute = 0, stage_load = kStages - 1;
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int chunk = ks * 2 + (lane >> 4);
+        ldmatrix_x4(qf[ks], smem_q + swz<kQC>(row, chunk));
+      }
+    }
+    {
+      const int jn = j + kStages - 1;
+      if (jn < n_tiles) {
+        const int t = tile_at(jn);
+        if (t >= 0) load_stage(stage_load, t);
+      }
+      cp_async_commit();
+      stage_load = stage_load + 1 == kStages ? 0 : stage_load + 1;
+    }
+    const uint32_t sk = smem_kv + stage_compute * T::kStageBytes;
+    const uint32_t sv = sk + T::kKBytes;
+    stage_compute = stage_compute + 1 == kStages ? 0 : stage_compute + 1;
+
+    const int tile = tile_at(j);
+    if (tile < 0) continue;  // uniform over the CTA
+
+    int acc[kSTiles][4];
+#pragma unroll
+    for (int t = 0; t < kSTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+      for (int np = 0; np < kSTiles / 2; ++np) {
+        const int key = np * 16 + (lane >> 4) * 8 + (lane & 7);
+        const int chunk = ks * 2 + ((lane >> 3) & 1);
+        uint32_t kb[4];
+        ldmatrix_x4(kb, sk + swz<kQC>(key, chunk));
+        mma_s8(acc[2 * np], qf[ks], kb[0], kb[1]);
+        mma_s8(acc[2 * np + 1], qf[ks], kb[2], kb[3]);
+      }
+    }
+
+    const float ksc = __ldg(kscale + tile);
+    const float c0 = qs0 * ksc, c1 = qs1 * ksc;
+    float s[kSTiles][4];
+#pragma unroll
+    for (int t = 0; t < kSTiles; ++t) {
+      s[t][0] = float(acc[t][0]) * c0;
+      s[t][1] = float(acc[t][1]) * c0;
+      s[t][2] = float(acc[t][2]) * c1;
+      s[t][3] = float(acc[t][3]) * c1;
+    }
+    if ((tile + 1) * kTileK > p.len_kv) {
+      const int valid = p.len_kv - tile * kTileK;
+#pragma unroll
+      for (int t = 0; t < kSTiles; ++t) {
+        const int key = t * 8 + (lane & 3) * 2;
+        if (key >= valid) s[t][0] = s[t][2] = -INFINITY;
+        if (key + 1 >= valid) s[t][1] = s[t][3] = -INFINITY;
+      }
+    }
+
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < kSTiles; ++t) {
+      mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[t][2], s[t][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float m0_new = fmaxf(m0, mx0), m1_new = fmaxf(m1, mx1);
+    const float alpha0 = fast_exp2(m0 - m0_new), alpha1 = fast_exp2(m1 - m1_new);
+    m0 = m0_new;
+    m1 = m1_new;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int t = 0; t < kSTiles; ++t) {
+      s[t][0] = fast_exp2(s[t][0] - m0);
+      s[t][1] = fast_exp2(s[t][1] - m0);
+      s[t][2] = fast_exp2(s[t][2] - m1);
+      s[t][3] = fast_exp2(s[t][3] - m1);
+      sum0 += s[t][0] + s[t][1];
+      sum1 += s[t][2] + s[t][3];
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+#pragma unroll
+    for (int t = 0; t < kOTiles; ++t) {
+      o[t][0] *= alpha0;
+      o[t][1] *= alpha0;
+      o[t][2] *= alpha1;
+      o[t][3] *= alpha1;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      uint32_t pa[4];
+      pa[0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_f16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kOTiles / 2; ++dp) {
+        const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        const int chunk = dp * 2 + (lane >> 4);
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, sv + swz<kVC>(key, chunk));
+        mma_f16(o[2 * dp], pa, vb[0], vb[1]);
+        mma_f16(o[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the K/V stages: reuse them to stage O
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  // A row that saw no key at all (every LUT entry invalid) has l = 0: write zeros, not NaN.
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+
+  const float* vscale = p.vscale + bh * D;
+  const uint32_t so = smem_kv + warp * 16 * D * 2;  // this warp's 16 x D bf16 rows
+  constexpr int kOC = D / 8;
+#pragma unroll
+  for (int t = 0; t < kOTiles; ++t) {
+    const int c = t * 8 + (lane & 3) * 2;
+    const float v0 = __ldg(vscale + c), v1 = __ldg(vscale + c + 1);
+    const uint32_t col_bytes = uint32_t((lane & 3) * 4);
+    const uint32_t w0 = pack_bf16(o[t][0] * inv0 * v0, o[t][1] * inv0 * v1);
+    const uint32_t w1 = pack_bf16(o[t][2] * inv1 * v0, o[t][3] * inv1 * v1);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(so + swz<kOC>(lane >> 2, t) + col_bytes), "r"(w0) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(so + swz<kOC>((lane >> 2) + 8, t) + col_bytes), "r"(w1) : "memory");
+  }
+  __syncwarp();
+  __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
+#pragma unroll
+  for (int i = 0; i < 16 * kOC / 32; ++i) {
+    const int idx = i * 32 + lane;
+    const int r = idx / kOC, chunk = idx % kOC;
+    const int row = q0 + warp * 16 + r;
+    if (row < p.len_q) {
+      uint4 val;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                   : "r"(so + swz<kOC>(r, chunk)));
+      *reinterpret_cast<uint4*>(og + int64_t(row) * p.os.token + chunk * 8) = val;
+    }
+  }
+
+  if (p.lse != nullptr && (lane & 3) == 0) {
+    constexpr float kLn2 = 0.69314718055994531f;
+    float* lse = p.lse + bh * p.len_q;
+    const int row0 = q0 + r0, row1 = row0 + 8;
+    if (row0 < p.len_q) lse[row0] = (m0 + __log2f(l0)) * kLn2 + p.qkm[bh * p.lq_pad + row0];
+    if (row1 < p.len_q) lse[row1] = (m1 + __log2f(l1)) * kLn2 + p.qkm[bh * p.lq_pad + row1];
+  }
+}
+
+template <int D, int kWarps, int kTPB>
+Status launch_portable(const AttnParams& ap, int64_t batch, int64_t heads, int64_t q_blocks, cudaStream_t stream) {
+  auto kernel = portable_kernel<D, kWarps, kTPB>;
+  constexpr int smem = PortableTraits<D, kWarps>::kSmemBytes;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess)
+    return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (portable): cannot raise shared memory to ") +
+                                                       std::to_string(smem) + " bytes: " + cudaGetErrorString(e));
+  const dim3 grid{unsigned(q_blocks), unsigned(heads), unsigned(batch)};
+  kernel<<<grid, kWarps * 32, smem, stream>>>(ap);
+  e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return detail::attn_fail(Status::LaunchFailed,
+                             std::string("sage_attention (portable): launch failed: ") + cudaGetErrorString(e));
+  return Status::Ok;
+}
+
+template <int D>
+Status run_portable(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
+  if (!sp) return launch_portable<D, 8, 0>(ap, p.batch, p.heads, (p.len_q + 127) / 128, stream);
+  const int64_t qb = (p.len_q + sp->block_q - 1) / sp->block_q;
+  if (sp->block_q == 128 && sp->block_k == 64) return launch_portable<D, 8, 1>(ap, p.batch, p.heads, qb, stream);
+  if (sp->block_q == 128 && sp->block_k == 128) return launch_portable<D, 8, 2>(ap, p.batch, p.heads, qb, stream);
+  if (sp->block_q == 64 && sp->block_k == 64) return launch_portable<D, 4, 1>(ap, p.batch, p.heads, qb, stream);
+  return launch_portable<D, 4, 2>(ap, p.batch, p.heads, qb, stream);
+}
+
+}  // namespace
+
+Layout layout_for(const AttnProblem& p, bool fp8_v) {
+  Layout l;
+  const int64_t BH = p.batch * p.heads, D = p.head_dim;
+  l.lq_pad = (p.len_q + 127) / 128 * 128;
+  l.lk_pad = (p.len_kv + 127) / 128 * 128;
+  l.n_chunks = (p.len_kv + kStatsChunk - 1) / kStatsChunk;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = off;
+    off += align256(bytes);
+    return at;
+  };
+  l.partial = take(size_t(BH * l.n_chunks * 2 * D) * 4);
+  l.km = take(size_t(BH * D) * 4);
+  l.vscale = take(size_t(BH * D) * 4);
+  l.vinv = take(size_t(BH * D) * 4);
+  l.qscale = take(size_t(BH * l.lq_pad) * 4);
+  l.qkm = take(size_t(BH * l.lq_pad) * 4);
+  l.kscale = take(size_t(BH * (l.lk_pad / 64)) * 4);
+  l.qi8 = take(size_t(BH * l.lq_pad * D));
+  l.ki8 = take(size_t(BH * l.lk_pad * D));
+  l.v = take(size_t(BH * l.lk_pad * D) * (fp8_v ? 1 : 2));
+  l.total = off;
+  return l;
+}
+
+PrepParams prep_params(const AttnProblem& p, const Layout& l, const void* q, const void* k, const void* v,
+                       void* workspace) {
+  auto* ws = static_cast<uint8_t*>(workspace);
+  PrepParams pp;
+  pp.q = static_cast<const __nv_bfloat16*>(q);
+  pp.k = static_cast<const __nv_bfloat16*>(k);
+  pp.v = static_cast<const __nv_bfloat16*>(v);
+  pp.qs = p.q;
+  pp.ks = p.k;
+  pp.vs = p.v;
+  pp.heads = int(p.heads);
+  pp.len_q = int(p.len_q);
+  pp.len_kv = int(p.len_kv);
+  pp.lq_pad = int(l.lq_pad);
+  pp.lk_pad = int(l.lk_pad);
+  pp.n_chunks = int(l.n_chunks);
+  pp.scale = p.scale;
+  pp.scale_log2 = float(double(p.scale) * 1.4426950408889634);
+  pp.partial = reinterpret_cast<float*>(ws + l.partial);
+  pp.km = reinterpret_cast<float*>(ws + l.km);
+  pp.vscale = reinterpret_cast<float*>(ws + l.vscale);
+  pp.vinv = reinterpret_cast<float*>(ws + l.vinv);
+  pp.qscale = reinterpret_cast<float*>(ws + l.qscale);
+  pp.qkm = reinterpret_cast<float*>(ws + l.qkm);
+  pp.kscale = reinterpret_cast<float*>(ws + l.kscale);
+  pp.qi8 = ws + l.qi8;
+  pp.ki8 = ws + l.ki8;
+  pp.v16 = reinterpret_cast<__half*>(ws + l.v);
+  pp.v8 = ws + l.v;
+  return pp;
+}
+
+Status run_stats(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(pp.n_chunks), unsigned(p.heads), unsigned(p.batch));
+  if (p.head_dim == 64) stats_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp);
+  else stats_kernel<128><<<grid, kPrepThreads, 0, stream>>>(pp);
+  finalize_kernel<<<unsigned(p.batch * p.heads), unsigned(p.head_dim), 0, stream>>>(pp, int(p.head_dim));
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention: stats launch failed: ") + cudaGetErrorString(e));
+  return Status::Ok;
+}
+
+Status run_quant_portable(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(pp.lq_pad / 64 + 2 * (pp.lk_pad / 64)), unsigned(p.heads), unsigned(p.batch));
+  if (p.head_dim == 64) quant_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp);
+  else quant_kernel<128><<<grid, kPrepThreads, 0, stream>>>(pp);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention: quantize launch failed: ") + cudaGetErrorString(e));
+  return Status::Ok;
+}
+
+AttnParams attn_params(const AttnProblem& p, const PrepParams& pp, void* o, float* lse, const SageSparse* sp) {
+  AttnParams ap;
+  ap.qi8 = pp.qi8;
+  ap.ki8 = pp.ki8;
+  ap.v16 = pp.v16;
+  ap.v8 = pp.v8;
+  ap.qscale = pp.qscale;
+  ap.qkm = pp.qkm;
+  ap.kscale = pp.kscale;
+  ap.vscale = pp.vscale;
+  ap.o = static_cast<__nv_bfloat16*>(o);
+  ap.lse = lse;
+  ap.os = p.o;
+  ap.heads = int(p.heads);
+  ap.len_q = int(p.len_q);
+  ap.len_kv = int(p.len_kv);
+  ap.lq_pad = pp.lq_pad;
+  ap.lk_pad = pp.lk_pad;
+  if (sp) {
+    ap.lut = sp->lut;
+    ap.n_sel = int(sp->n_sel);
+    ap.n_qblocks = int((p.len_q + sp->block_q - 1) / sp->block_q);
+  }
+  return ap;
+}
+
+Status run_portable_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
+  return p.head_dim == 64 ? run_portable<64>(ap, p, sp, stream) : run_portable<128>(ap, p, sp, stream);
+}
+
+#if !TD_SAGE_SM90_KERNEL
+// No sm_90a kernel in this build: Auto picks the portable kernel.
+bool sm90_available() { return false; }
+Status sm90_supports(const AttnProblem&, const SageSparse*) {
+  return detail::attn_fail(Status::Unsupported, "sage_attention: the sm_90a kernel is not in this build");
+}
+Status sm90_quant(const PrepParams&, const AttnProblem&, cudaStream_t) { return sm90_supports({}, nullptr); }
+Status sm90_attention(const AttnParams&, const AttnProblem&, const SageSparse*, cudaStream_t) {
+  return sm90_supports({}, nullptr);
+}
+#endif
+
+}  // namespace sage
+
+// ---------------------------------------------------------------------------
+// Entry points
+
+namespace {
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+int device_cc_major() {
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  return major;
+}
+
+// The backend Auto resolves to on the current device.
+SageBackend resolve(SageBackend backend) {
+  if (backend != SageBackend::Auto) return backend;
+  return sage::sm90_available() && device_cc_major() == 9 ? SageBackend::Sm90 : SageBackend::Portable;
+}
+
+}  // namespace
+
+Status sage_attention_supports(const AttnProblem& p, const SageSparse* sparse, SageBackend backend) {
+  using detail::attn_fail;
+  if (Status s = sage_sparse_check(p, sparse); s != Status::Ok) return s;
+  if (p.qkv_type != ElemType::BF16 || p.o_type != ElemType::BF16)
+    return attn_fail(Status::Unsupported, "sage_attention: takes bf16 Q/K/V and O only");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return attn_fail(Status::Unsupported,
+                     "sage_attention: head_dim must be 64 or 128, got " + std::to_string(p.head_dim));
+  const std::pair<const char*, const AttnStrides*> all[] = {{"Q", &p.q}, {"K", &p.k}, {"V", &p.v}, {"O", &p.o}};
+  for (const auto& [name, s] : all)
+    if (s->batch % 8 || s->head % 8 || s->token % 8)
+      return attn_fail(Status::Unsupported, std::string("sage_attention: ") + name +
+                                                " strides must be multiples of 8 elements (16-byte rows)");
+  if (p.len_q > (int64_t(1) << 30) || p.len_kv > (int64_t(1) << 30) || p.heads > 65535 || p.batch > 65535)
+    return attn_fail(Status::Unsupported, "sage_attention: len_q/len_kv must be <= 2^30 and batch/heads <= 65535");
+  const SageBackend be = resolve(backend);
+  const int major = device_cc_major();
+  if (be == SageBackend::Sm90) {
+    if (!sage::sm90_available())
+      return attn_fail(Status::Unsupported, "sage_attention: the sm_90a kernel is not in this build (built without 90a)");
+    if (major != 9)
+      return attn_fail(Status::Unsupported, "sage_attention: the sm_90a kernel needs a Hopper GPU (compute capability 9.0), device has " +
+                                                std::to_string(major) + ".x");
+    if (Status s = sage::sm90_supports(p, sparse); s != Status::Ok) return s;
+  } else if (major < 8) {
+    return attn_fail(Status::Unsupported, "sage_attention (portable): needs compute capability 8.0 or newer, device has " +
+                                              std::to_string(major) + ".x");
+  }
+  detail::attn_clear_error();
+  return Status::Ok;
+}
+
+size_t sage_attention_workspace_size(const AttnProblem& p, SageBackend backend) {
+  return sage::layout_for(p, resolve(backend) == SageBackend::Sm90).total;
+}
+
+Status sage_attention_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                           const SageSparse* sparse, SageBackend backend, void* workspace, size_t workspace_bytes,
+                           void* stream) {
+  using detail::attn_fail;
+  if (Status s = sage_attention_supports(p, sparse, backend); s != Status::Ok) return s;
+  if (!q || !k || !v || !o)
+    return attn_fail(Status::InvalidArgument, std::string("sage_attention: null pointer for ") +
+                                                  (!q ? "Q" : !k ? "K" : !v ? "V" : "O"));
+  if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
+    return attn_fail(Status::Unsupported, std::string("sage_attention: ") +
+                                              (!aligned16(q) ? "Q" : !aligned16(k) ? "K" : !aligned16(v) ? "V" : "O") +
+                                              " is not 16-byte aligned");
+  const SageBackend be = resolve(backend);
+  const sage::Layout l = sage::layout_for(p, be == SageBackend::Sm90);
+  if (!workspace || workspace_bytes < l.total || !aligned16(workspace))
+    return attn_fail(Status::InvalidArgument, "sage_attention: needs a 16-byte aligned workspace of " +
+                                                  std::to_string(l.total) + " bytes, got " +
+                                                  std::to_string(workspace_bytes));
+  const auto st = static_cast<cudaStream_t>(stream);
+  const sage::PrepParams pp = sage::prep_params(p, l, q, k, v, workspace);
+  if (Status s = sage::run_stats(pp, p, st); s != Status::Ok) return s;
+  const sage::AttnParams ap = sage::attn_params(p, pp, o, lse, sparse);
+  if (be == SageBackend::Sm90) {
+    if (Status s = sage::sm90_quant(pp, p, st); s != Status::Ok) return s;
+    return sage::sm90_attention(ap, p, sparse, st);
+  }
+  if (Status s = sage::run_quant_portable(pp, p, st); s != Status::Ok) return s;
+  return sage::run_portable_attention(ap, p, sparse, st);
+}
+
+}  // namespace td::kernels
