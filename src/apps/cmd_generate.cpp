@@ -24,6 +24,7 @@ struct GenerateOptions {
   std::string device = "auto", dtype = "auto";
   std::string attention = "original";
   std::string offload = "auto";
+  std::string vae_device = "auto";
   double sla_topk = 0.1;
   bool quiet = false, json = false;
   CLI::App* sub = nullptr;
@@ -100,6 +101,9 @@ int run_generate(GenerateOptions& g) {
   if (device_name == "cuda" && !gpu)
     fail(ErrorKind::Unsupported, "--device cuda: no usable CUDA GPU (", cuda::unavailable_reason(), ")");
   o.device = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
+  if (g.vae_device == "cuda" && !gpu)
+    fail(ErrorKind::Unsupported, "--vae-device cuda: no usable CUDA GPU (", cuda::unavailable_reason(), ")");
+  if (g.vae_device != "auto") o.vae_device = g.vae_device == "cuda" ? Device::cuda(0) : Device::cpu();
   const std::string dtype_str = g.dtype == "auto" ? (o.device.is_cuda() ? "bf16" : "f32") : g.dtype;
   o.dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
   o.attention = *nn::parse_attention_kind(g.attention);  // CLI11 already checked the name
@@ -133,7 +137,8 @@ int run_generate(GenerateOptions& g) {
         "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"image\": \"%s\", \"image_size\": [%lld, %lld], "
         "\"dit\": \"%s\", \"low_noise_dit\": \"%s\", \"timings_s\": {\"text\": %.4f, \"image\": %.4f, "
         "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, "
-        "\"peak_gpu_bytes_by_stage\": {\"text\": %zu, \"diffusion\": %zu, \"vae\": %zu}, "
+        "\"vae_device\": \"%s\", \"peak_gpu_bytes_by_stage\": {\"text\": %zu, \"image\": %zu, \"diffusion\": %zu, "
+        "\"vae\": %zu}, "
         "\"peak_gpu_bytes\": %zu}\n",
         r.mode.c_str(), json_escape(o.output).c_str(), json_strings(r.outputs).c_str(), (long long)r.frames,
         (long long)r.width, (long long)r.height, o.fps, (unsigned long long)o.seed, seeds_json.c_str(),
@@ -143,7 +148,8 @@ int run_generate(GenerateOptions& g) {
         (long long)r.prompt_tokens, shape_str(r.latent_shape).c_str(), json_escape(o.image).c_str(),
         (long long)r.image_width, (long long)r.image_height, json_escape(r.dit_description).c_str(),
         json_escape(r.low_noise_dit_description).c_str(), r.text_s, r.image_s, r.diffusion_s, r.vae_s, r.encode_s,
-        r.total_s, r.peak_text_bytes, r.peak_diffusion_bytes, r.peak_vae_bytes, r.peak_gpu_bytes);
+        r.total_s, o.vae_device.value_or(o.device).str().c_str(), r.peak_text_bytes, r.peak_image_bytes,
+        r.peak_diffusion_bytes, r.peak_vae_bytes, r.peak_gpu_bytes);
   } else if (!g.quiet) {
     std::string outs;
     for (const auto& p : r.outputs) outs += (outs.empty() ? "" : ", ") + p;
@@ -217,8 +223,14 @@ void register_generate(CLI::App& app, Commands& cmds) {
       ->check(CLI::IsMember({"original", "sla", "sagesla"}));
   sub->add_option("--sla-topk", g->sla_topk, "SLA/SageSLA: fraction of key blocks kept per query block (default 0.1)");
   sub->add_flag("--quant-linear", o.quant_linear, "W8A8 INT8 block linears (INT8 checkpoints as they are)");
-  sub->add_option("--device", g->device, "cpu or cuda for the text encoder and DiT (the VAE runs on the CPU)")
+  sub->add_option("--device", g->device, "cpu or cuda for the text encoder, the DiT(s) and the VAE (default: cuda "
+                                         "when there is a GPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--vae-device", g->vae_device, "where the VAE runs, if not on --device: cpu (fp32 reference) or "
+                                                 "cuda (BF16 channels-last path)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_flag("--vae-tiling", o.vae_tiling, "VAE in overlapping 256x256 tiles every 192 pixels (diffusers' tiled "
+                                              "decode/encode): bounds its memory, differs slightly near the seams");
   sub->add_option("--offload", g->offload, "which models share the GPU: none (each stays from its first to its last "
                                            "use), model (only the running one; others wait in host memory), auto "
                                            "(none when everything fits, default)")

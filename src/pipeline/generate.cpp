@@ -299,9 +299,17 @@ GenerateResult run_generate(const GenerateOptions& o) {
 
   // The VAE: small, needed to size the latent and to check the DiT against.
   const auto t_vae_load = Clock::now();
-  std::optional<models::wan_vae::WanVae> vae(models::wan_vae::load_wan_vae(o.vae));
+  models::wan_vae::WanVaeCheckpoint vae_ck = models::wan_vae::load_wan_vae(o.vae);
+  size_t vae_numel = 0;
+  for (const auto& [n, t] : vae_ck.tensors) vae_numel += size_t(t.numel());
+  std::optional<models::wan_vae::WanVae> vae(std::move(vae_ck));
   double vae_load_s = seconds_since(t_vae_load);
   r.vae_description = vae->config().describe();
+  const Device vae_device = o.vae_device.value_or(o.device);
+  models::wan_vae::WanVaeRunOptions vae_run;
+  vae_run.device = vae_device;
+  vae_run.tiling.enabled = o.vae_tiling;
+  const size_t vae_params = vae_numel;
   const int64_t z = vae->config().z_dim, sf = vae->config().spatial_factor(), tf = vae->config().temporal_factor();
   const int64_t cond_channels = o.i2v() ? tf + z : 0;
   TD_CHECK(cfg.out_dim == z && cfg.in_dim == z + cond_channels, Format, "the DiT ", high.what(), " has in_dim ",
@@ -370,11 +378,13 @@ GenerateResult run_generate(const GenerateOptions& o) {
     stages.push_back(Component::Vae);
   }
   // The text encoder and the DiTs run on o.device (also when that is the
-  // host: the plan is the same and the moves are cheap); the VAE on the host.
-  const std::set<Component> gpu_components{Component::TextEncoder, Component::Dit, Component::LowNoiseDit};
+  // host: the plan is the same and the moves are cheap); the VAE where --vae-device says.
+  std::set<Component> gpu_components{Component::TextEncoder, Component::Dit, Component::LowNoiseDit};
+  if (vae_device.is_cuda() || (!cuda && vae_device == o.device)) gpu_components.insert(Component::Vae);
   {
     const size_t run_bytes = dtype_size(o.dtype);
-    const size_t resident = (high.params + (low ? low->params : 0)) * run_bytes;
+    const size_t resident = (high.params + (low ? low->params : 0)) * run_bytes +
+                            (vae_device.is_cuda() ? vae_params * 2 : 0);
     const int64_t tokens = r.latent_shape[2] * r.latent_shape[3] * r.latent_shape[4] / cfg.patch_volume();
     // Working-set estimate of one DiT forward: fp32 residual and its
     // temporaries (~16 dim floats per token), the FFN hidden in bf16, 2 GiB slack.
@@ -445,8 +455,11 @@ GenerateResult run_generate(const GenerateOptions& o) {
           slot->host.reset();
         }};
   }
-  // The VAE is loaded above (it sizes the latent) and runs on the host.
-  ops[Component::Vae] = ComponentOps{[](Device) {}, [] {}, [] {}, [] {}, [&] { vae.reset(); }};
+  // The VAE is read above (it sizes the latent), so its load / stage moves
+  // have nothing left to do; its device weights are converted at its first
+  // use on the device and dropped by an offload.
+  ops[Component::Vae] = ComponentOps{[](Device) {}, [] {}, [] {}, [&] { vae->release_device_weights(); },
+                                     [&] { vae.reset(); }};
   Residency residency(std::move(plan), std::move(ops), o.device, two, &r.residency);
   if (cuda) cuda::reset_peak(o.device.index);
 
@@ -493,10 +506,13 @@ GenerateResult run_generate(const GenerateOptions& o) {
   Tensor y;
   if (o.i2v()) {
     const auto t0 = Clock::now();
+    peak.start();
     residency.enter(Component::Vae);
     ProgressBar bar("vae encode", 1, "images");
-    y = i2v_condition(*vae, *image, o.num_frames);
+    y = i2v_condition(*vae, *image, o.num_frames, vae_run);
     bar.finish();
+    if (cuda) cuda::synchronize(o.device.index);
+    r.peak_image_bytes = peak.stop();
     r.image_s += seconds_since(t0);
   }
 
@@ -557,16 +573,16 @@ GenerateResult run_generate(const GenerateOptions& o) {
       r.diffusion_s += seconds_since(t0);
     }
 
-    // VAE decode on o.device (CUDA: channels-last BF16 with cuDNN convolutions; CPU: fp32); frames come back on the host.
+    // VAE decode on the VAE's device (CUDA: channels-last BF16 with cuDNN
+    // convolutions; CPU: the fp32 reference); frames come back on the host.
     Tensor video;
     {
       const auto t0 = Clock::now();
       peak.start();
       residency.enter(Component::Vae);
       ProgressBar bar("vae decode", 1, "videos");
-      models::wan_vae::WanVaeRunOptions vo;
-      vo.device = o.device;
-      video = vae->decode(latent, vo).select(0, 0).contiguous();
+      video = vae->decode(latent, vae_run).select(0, 0).contiguous();
+      if (cuda) cuda::synchronize(o.device.index);
       bar.finish();
       r.peak_vae_bytes = std::max(r.peak_vae_bytes, peak.stop());
       r.vae_s += seconds_since(t0);

@@ -26,6 +26,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,9 @@ struct GenerateOptions {
   int64_t width = 832, height = 480;  // multiples of 16 (the target area with adaptive_resolution)
   int64_t max_text_tokens = 512;
   // Where and how.
-  Device device = Device::cpu();  // DiT, text encoder and VAE decode
+  Device device = Device::cpu();     // text encoder, DiT(s), and the VAE unless vae_device says otherwise
+  std::optional<Device> vae_device;  // unset: `device` (CUDA: the VAE's channels-last BF16 path)
+  bool vae_tiling = false;           // the VAE in 256x256 tiles every 192 (diffusers' tiled decode / encode)
   DType dtype = DType::F32;       // run dtype of DiT / encoder matmuls (bf16 on CUDA)
   bool quant_linear = false;
   OffloadPolicy offload = OffloadPolicy::Auto;
@@ -93,7 +96,7 @@ struct GenerateResult {
   // Seconds, load included in each stage; diffusion / vae / encode summed over samples.
   double text_s = 0, image_s = 0, diffusion_s = 0, vae_s = 0, encode_s = 0, total_s = 0;
   size_t peak_gpu_bytes = 0;      // 0 on the CPU
-  size_t peak_text_bytes = 0, peak_diffusion_bytes = 0, peak_vae_bytes = 0;  // per stage
+  size_t peak_text_bytes = 0, peak_image_bytes = 0, peak_diffusion_bytes = 0, peak_vae_bytes = 0;  // per stage
   std::string dit_description, low_noise_dit_description, vae_description, text_encoder_description;
 };
 

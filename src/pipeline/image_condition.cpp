@@ -153,7 +153,8 @@ Tensor concat_channels(const Tensor& x, const Tensor& y) {
   return out;
 }
 
-Tensor i2v_condition(const models::wan_vae::WanVae& vae, const Tensor& image, int64_t num_frames) {
+Tensor i2v_condition(const models::wan_vae::WanVae& vae, const Tensor& image, int64_t num_frames,
+                     const models::wan_vae::WanVaeRunOptions& run) {
   TD_CHECK(image.dim() == 4 && image.shape()[0] == 1 && image.shape()[1] == 3 && image.dtype() == DType::F32 &&
                image.device().is_cpu(),
            Shape, "I2V image tensor ", shape_str(image.shape()), ": expected f32 [1, 3, H, W] on the host");
@@ -163,7 +164,7 @@ Tensor i2v_condition(const models::wan_vae::WanVae& vae, const Tensor& image, in
   const Tensor img = image.contiguous();
   for (int64_t c = 0; c < 3; ++c)
     std::copy_n(img.data<float>() + c * h * w, h * w, video.data<float>() + c * num_frames * h * w);
-  const Tensor latent = vae.encode(video);
+  const Tensor latent = vae.encode(video, run);
   const Tensor mask = i2v_latent_mask(num_frames, tf, h / sf, w / sf);
   TD_CHECK(latent.shape()[2] == mask.shape()[2] && latent.shape()[3] == mask.shape()[3] &&
                latent.shape()[4] == mask.shape()[4],

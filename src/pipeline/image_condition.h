@@ -29,6 +29,7 @@
 
 namespace td::models::wan_vae {
 class WanVae;
+struct WanVaeRunOptions;
 }
 
 namespace td::pipeline {
@@ -50,7 +51,9 @@ Tensor i2v_latent_mask(int64_t num_frames, int64_t temporal_factor, int64_t late
 
 // y = concat(mask, VAE latent of [image, zero frames]): f32 [1, 4 + z, T, h, w].
 // image: f32 [1, 3, H, W] in [-1, 1].
-Tensor i2v_condition(const models::wan_vae::WanVae& vae, const Tensor& image, int64_t num_frames);
+// `run`: where and how the VAE encodes (device, tiling).
+Tensor i2v_condition(const models::wan_vae::WanVae& vae, const Tensor& image, int64_t num_frames,
+                     const models::wan_vae::WanVaeRunOptions& run);
 
 // concat(x, y) along channels for a batch of one: x [1, Cx, T, h, w], y [1, Cy, T, h, w]
 // (any float dtype, host) -> f32 [1, Cx + Cy, T, h, w].

@@ -206,7 +206,7 @@ TEST(ImageCondition, MaskFoldsTheFirstFrame) {
 TEST(ImageCondition, MatchesDiffusersPrepareLatents) {
   const models::wan_vae::WanVae vae(models::wan_vae::load_wan_vae(fixture("vae/diffusion_pytorch_model.safetensors")));
   const Tensor image = pipeline::image_to_tensor(io::read_image_rgb(i2v_fixture("image.png")));
-  const Tensor y = pipeline::i2v_condition(vae, image, 9);
+  const Tensor y = pipeline::i2v_condition(vae, image, 9, {});
   const Tensor ref = fixture_tensor(i2v_fixture("condition.safetensors"), "condition");
   ASSERT_EQ(y.shape(), ref.shape());
   ASSERT_EQ(y.shape(), (Shape{1, 20, 3, 6, 8}));
@@ -465,10 +465,14 @@ TEST(GenerateI2V, NumSamplesSeedsAndOffloadPolicies) {
       << many.out;
   EXPECT_EQ(listing(dir).size(), 15u);  // 3 samples x 5 frames, nothing else
   // Each expert is read from disk once (staged), then only uploaded.
-  EXPECT_NE(many.out.find("\"high_noise_dit: stage high_noise_dit, upload high_noise_dit"),
+  EXPECT_NE(many.out.find("\"high_noise_dit: offload vae, stage high_noise_dit, upload high_noise_dit"),
             std::string::npos)
       << many.out;
-  EXPECT_NE(many.out.find("\"high_noise_dit: offload low_noise_dit, upload high_noise_dit"), std::string::npos)
+  // The VAE runs on the run's device too (here the host), so it takes its turn: decode offloads
+  // the low-noise expert, the next sample's high-noise stage offloads the VAE.
+  EXPECT_NE(many.out.find("\"vae: offload low_noise_dit, upload vae | gpu: vae\""), std::string::npos) << many.out;
+  EXPECT_NE(many.out.find("\"high_noise_dit: offload vae, upload high_noise_dit | gpu: high_noise_dit\""),
+            std::string::npos)
       << many.out;
   for (const char* load : {": load high_noise_dit", ", load high_noise_dit", ": load low_noise_dit", ", load low_noise_dit"})
     EXPECT_EQ(many.out.find(load), std::string::npos) << "an expert was read from disk without staging: " << many.out;
