@@ -11,6 +11,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/sla.h"
 #include "io/safetensors.h"
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_loader.h"
@@ -50,10 +51,15 @@ int run_dit(const DitOptions& o) {
   const Device device = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   const std::string dtype_str = o.dtype == "auto" ? (device.is_cuda() ? "bf16" : "f32") : o.dtype;
   const DType dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
-  if (attention != nn::AttentionKind::Original && device.is_cuda())
-    fail(ErrorKind::Unsupported, "--attention ", attention_name,
-         " on CUDA: SLA on CUDA not implemented yet (issue 6); use --device cpu (the fp32 SLA reference) or "
-         "--attention original");
+  if (attention == nn::AttentionKind::SageSLA && device.is_cuda()) {
+    ops::SlaOptions sage_blocks;  // sagesla's 64 x 128 blocks run on the SageAttention-style kernel
+    sage_blocks.block_q = 64;
+    sage_blocks.block_k = 128;
+    if (!ops::sla_cuda_available(sage_blocks))
+      fail(ErrorKind::Unsupported, "--attention sagesla on CUDA: this build has no SageAttention-style sparse "
+           "kernel (kernels/sage_attention); use --attention sla (BF16 sparse branch on CUDA), --device cpu or "
+           "--attention original");
+  }
   if (device.is_cuda() && dtype == DType::F32)
     fail(ErrorKind::Unsupported,
          "--dtype f32 on CUDA: the GPU attention kernels (cuDNN, flash) take bf16; use --dtype bf16 on CUDA, or "
@@ -156,7 +162,7 @@ void register_dit(CLI::App& app, Commands& cmds) {
                                        "bf16 on cuda)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   sub->add_option("--attention", o->attention,
-                  "original (exact), sla or sagesla (CPU only so far: the fp32 SLA reference, blocks 128x64 for "
+                  "original (exact), sla or sagesla (CPU: the fp32 SLA reference; CUDA: GPU kernels, blocks 128x64 for "
                   "sla and 64x128 for sagesla, no quantization), auto (= original)")
       ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
   sub->add_option("--sla-topk", o->sla_topk, "sla / sagesla: fraction of key blocks kept per query block (default 0.1)")

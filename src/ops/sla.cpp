@@ -2,8 +2,18 @@
 
 #include <cmath>
 
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "ops/common.h"
+
+// The SageSLA sparse branch is the SageAttention-style kernel (ops/sage_attention.h);
+// builds without it run `sla` on CUDA and refuse `sagesla` there, naming what is missing.
+#if __has_include("ops/sage_attention.h")
+#include "ops/sage_attention.h"
+#define TD_SLA_HAVE_SAGE 1
+#else
+#define TD_SLA_HAVE_SAGE 0
+#endif
 
 namespace td::ops {
 namespace {
@@ -30,7 +40,121 @@ kernels::AttnStrides strides_of(const Tensor& t) {
   return {s[0], s[2], s[1]};
 }
 
+kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, const SlaOptions& options) {
+  kernels::SlaProblem p;
+  p.batch = q.size(0);
+  p.heads = q.size(2);
+  p.len = q.size(1);
+  p.head_dim = q.size(3);
+  p.q = strides_of(q);
+  p.k = strides_of(k);
+  p.v = strides_of(v);
+  p.o = kernels::attn_contiguous_strides(kernels::AttnLayout::BLHD, p.heads, p.len, p.head_dim);
+  p.scale = options.scale.value_or(float(1.0 / std::sqrt(double(p.head_dim))));
+  p.block_q = options.block_q;
+  p.block_k = options.block_k;
+  p.topk = options.topk;
+  p.feature_map = options.feature_map;
+  return p;
+}
+
+// CUDA tensors: BF16 in and out. `sla` (128 x 64 blocks): kernels::sla_cuda.
+// `sagesla` (any other block shape the sage kernel takes): block selection,
+// the SageAttention-style sparse kernel (ops::sage_attention with the LUT),
+// then the linear branch added onto its output.
+Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& proj_weight, const Tensor& proj_bias,
+                const SlaOptions& options, std::optional<DType> out_dtype) {
+#if TURBODIFF_HAVE_CUDA
+  const std::string ctx = cat("q ", q.desc());
+  TD_CHECK(q.dtype() == DType::BF16 && k.dtype() == DType::BF16 && v.dtype() == DType::BF16 &&
+               out_dtype.value_or(DType::BF16) == DType::BF16,
+           Unsupported, kOp, ": the CUDA kernels take bf16 q/k/v and output; got ", ctx,
+           out_dtype ? cat(", out ", dtype_name(*out_dtype)) : std::string(),
+           ". Run the model in bf16 on CUDA, or on the CPU for f32");
+  for (const auto* t : {&q, &k, &v})
+    TD_CHECK(t->size(3) == 1 || t->strides()[3] == 1, Shape, kOp, ": ", t->desc(),
+             " must be contiguous along head_dim on CUDA");
+  const int64_t D = q.size(3);
+  TD_CHECK(D == 64 || D == 128, Unsupported, kOp, ": the CUDA kernels take head_dim 64 or 128 (their mma tiles), got ",
+           ctx, "; run on the CPU (the fp32 reference) or use --attention original");
+  kernels::ElemType proj_type = kernels::ElemType::F32;
+  if (proj_weight.defined()) {
+    TD_CHECK(proj_weight.shape() == Shape({D, D}) && proj_bias.shape() == Shape({D}), Shape, kOp,
+             ": proj_l must be weight [", D, ", ", D, "] and bias [", D, "] for head_dim ", D, ", got ",
+             proj_weight.desc(), " and ", proj_bias.desc());
+    TD_CHECK(proj_weight.dtype() == proj_bias.dtype() &&
+                 (proj_weight.dtype() == DType::F32 || proj_weight.dtype() == DType::BF16),
+             DType, kOp, ": proj_l on CUDA must be f32 or bf16 (weight and bias alike), got ", proj_weight.desc(),
+             " and ", proj_bias.desc());
+    TD_CHECK(proj_weight.is_contiguous() && proj_bias.is_contiguous(), Shape, kOp, ": proj_l must be contiguous");
+    proj_type = proj_weight.dtype() == DType::F32 ? kernels::ElemType::F32 : kernels::ElemType::BF16;
+  }
+  cuda::set_device(q.device().index);
+  void* stream = cuda::current_stream();
+  const kernels::SlaProblem p = problem(q, k, v, options);
+  auto check = [&](kernels::Status s, const char* what) {
+    if (s != kernels::Status::Ok) check_status(s, kOp, cat(ctx, ": ", what, ": ", kernels::sla_last_error()));
+  };
+  if (p.block_q == 128 && p.block_k == 64) {
+    Tensor o = Tensor::empty({p.batch, p.len, p.heads, D}, DType::BF16, q.device());
+    const size_t ws_bytes = kernels::sla_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
+    check(kernels::sla_cuda(p, q.raw_data(), k.raw_data(), v.raw_data(),
+                            proj_weight.defined() ? proj_weight.raw_data() : nullptr,
+                            proj_bias.defined() ? proj_bias.raw_data() : nullptr, proj_type, o.raw_data(), nullptr,
+                            nullptr, nullptr, ws.raw_data(), ws_bytes, stream),
+          "sla");
+    return o;
+  }
+#if TD_SLA_HAVE_SAGE
+  // SageSLA: the selection with the sage kernel's blocks, its block-sparse kernel, our linear branch.
+  const int64_t n_sel = kernels::sla_selected_blocks(p.topk, p.key_blocks());
+  Tensor lut = Tensor::empty({p.batch, p.heads, p.query_blocks(), n_sel}, DType::I32, q.device());
+  {
+    const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
+    check(kernels::sla_block_select_cuda(p, q.raw_data(), k.raw_data(), nullptr, lut.data<int32_t>(), ws.raw_data(),
+                                         ws_bytes, stream),
+          "block selection");
+  }
+  SageAttentionOptions so;
+  so.scale = p.scale;
+  so.lut = lut;
+  so.block_q = p.block_q;
+  so.block_k = p.block_k;
+  Tensor o = sage_attention(q, k, v, so, DType::BF16);
+  TD_CHECK(o.is_contiguous() && o.shape() == Shape({p.batch, p.len, p.heads, D}), Internal, kOp,
+           ": the sage kernel returned ", o.desc(), ", expected a contiguous [B, L, H, D]");
+  if (proj_weight.defined()) {
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
+    check(kernels::sla_linear_add_cuda(p, q.raw_data(), k.raw_data(), v.raw_data(), proj_weight.raw_data(),
+                                       proj_bias.raw_data(), proj_type, o.raw_data(), ws.raw_data(), ws_bytes, stream),
+          "linear branch");
+  }
+  return o;
+#else
+  fail(ErrorKind::Unsupported, kOp, ": ", p.block_q, " x ", p.block_k,
+       " blocks on CUDA need the SageAttention-style sparse kernel (sagesla), which this build does not have "
+       "(kernels/sage_attention not implemented yet); `sla` (128 x 64, BF16) runs on CUDA; got ", ctx);
+#endif
+#else
+  (void)k, (void)v, (void)proj_weight, (void)proj_bias, (void)options, (void)out_dtype;
+  fail(ErrorKind::Unsupported, kOp, ": ", q.device().str(), " tensors in a build without CUDA");
+#endif
+}
+
 }  // namespace
+
+bool sla_cuda_available(const SlaOptions& options) {
+#if TURBODIFF_HAVE_CUDA
+  if (options.block_q == 128 && options.block_k == 64) return true;
+  return TD_SLA_HAVE_SAGE != 0;
+#else
+  (void)options;
+  return false;
+#endif
+}
 
 Tensor sla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& proj_weight, const Tensor& proj_bias,
            const SlaOptions& options, std::optional<DType> out_dtype) {
@@ -40,14 +164,12 @@ Tensor sla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& proj
   check_operand(v, "v");
   TD_CHECK(q.shape() == k.shape() && q.shape() == v.shape(), Shape, kOp,
            ": self-attention needs q, k and v of one shape, got q ", q.desc(), ", k ", k.desc(), ", v ", v.desc());
-  if (q.device().is_cuda())
-    fail(ErrorKind::Unsupported, kOp, ": SLA on CUDA not implemented yet (issue 6); got q ", q.desc(),
-         ". Run on --device cpu, or use --attention original");
   const int64_t B = q.size(0), L = q.size(1), H = q.size(2), D = q.size(3);
   TD_CHECK(proj_weight.defined() == proj_bias.defined(), Shape, kOp,
            ": proj_l weight and bias must both be given or both be absent, got weight ",
            proj_weight.defined() ? proj_weight.desc() : std::string("undefined"), ", bias ",
            proj_bias.defined() ? proj_bias.desc() : std::string("undefined"));
+  if (q.device().is_cuda()) return sla_cuda(q, k, v, proj_weight, proj_bias, options, out_dtype);
   Tensor w, bias;
   if (proj_weight.defined()) {
     const bool shapes_ok = proj_weight.shape() == Shape{D, D} && proj_bias.shape() == Shape{D};

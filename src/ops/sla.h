@@ -1,9 +1,13 @@
 // Tensor-level SLA (sparse-linear attention, `--attention sla|sagesla`) over
 // kernels/sla: o = o_s (exact attention over the top-k key blocks of each
 // query block) + proj_l(o_l) (global linear attention). Semantics, block sizes
-// and tie rule: kernels/sla/sla.h. Host tensors only for now: the fp32 CPU
-// reference (inputs of any float dtype are converted to fp32). CUDA tensors:
-// Unsupported (issue 6).
+// and tie rule: kernels/sla/sla.h. Host tensors: the fp32 CPU reference
+// (inputs of any float dtype are converted to fp32). CUDA tensors (bf16 in and
+// out, proj_l f32 or bf16): block_q x block_k = 128 x 64 is `sla`
+// (kernels::sla_cuda: GPU block selection, BF16 block-sparse flash kernel,
+// linear branch + proj_l); any other block shape is `sagesla`: the same
+// selection and linear branch around the SageAttention-style block-sparse
+// kernel (ops/sage_attention.h), Unsupported in builds without it.
 #pragma once
 
 #include <optional>
@@ -25,6 +29,9 @@ struct SlaOptions {
 // views). proj_weight [D, D] (out, in) and proj_bias [D]: the layer's proj_l,
 // both undefined for proj_l = 0. Returns a fresh [B, L, H, D] in out_dtype
 // (default q's dtype).
+// Whether ops::sla runs CUDA tensors with these options' block sizes in this build.
+bool sla_cuda_available(const SlaOptions& options);
+
 Tensor sla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& proj_weight, const Tensor& proj_bias,
            const SlaOptions& options, std::optional<DType> out_dtype = {});
 

@@ -78,6 +78,13 @@ Status attention_flash_supports(const AttnProblem& p);
 // current device; `stream` is a cudaStream_t. Needs no workspace.
 Status attention_flash_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
                             void* stream);
+// The same kernel, block-sparse (SLA's sparse branch, kernels/sla): query block
+// i of 128 rows attends only to the n_sel key blocks of 64 keys listed in
+// lut[b, h, i, :] (int32 [B, H, ceil(len_q / 128), n_sel] on the device, distinct
+// indices in [0, ceil(len_kv / 64)), any order; not checked on the device).
+// The LSE covers the selected keys only.
+Status attention_flash_block_sparse_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o,
+                                         float* lse, const int32_t* lut, int64_t n_sel, void* stream);
 #endif
 
 #if TURBODIFF_HAVE_CUDNN

@@ -18,6 +18,10 @@
 // 8-row ldmatrix reads and the cp.async writes hit distinct banks.
 // At the end O is divided by l, staged through the warp's own (spent) Q rows in
 // shared memory and written with 16-byte stores; LSE = (m + log2 l)·ln 2.
+//
+// The block-sparse variant (SLA's sparse branch, kSparse = true) is the same
+// kernel walking only the key tiles its LUT row lists: query block i of 128
+// rows visits tiles lut[b, h, i, 0 .. n_sel), each 64 keys, in LUT order.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -43,6 +47,9 @@ struct FlashParams {
   AttnStrides qs, ks, vs, os;
   int len_q, len_kv, heads;
   float scale_log2;  // softmax scale * log2(e)
+  // Block-sparse mode only: int32 [batch, heads, lut_qblocks, n_sel] key-tile indices.
+  const int32_t* lut;
+  int n_sel, lut_qblocks;
 };
 
 template <int D, int kStages>
@@ -125,7 +132,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const __nv_bfloat16* src
   }
 }
 
-template <int D, int kStages>
+template <int D, int kStages, bool kSparse>
 __global__ void __launch_bounds__(kThreads, FlashTraits<D, kStages>::kMinBlocks)
     flash_attention_fwd_kernel(const FlashParams p) {
   using T = FlashTraits<D, kStages>;
@@ -146,7 +153,11 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<D, kStages>::kMinBlocks)
   const __nv_bfloat16* qg = p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + int64_t(q0) * p.qs.token;
   const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head;
   const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
-  const int n_tiles = (p.len_kv + kBlockN - 1) / kBlockN;
+  // Dense: tiles 0 .. n_tiles-1 in order. Sparse: the LUT row's tiles.
+  const int32_t* lut_row =
+      kSparse ? p.lut + ((int64_t(b) * p.heads + h) * p.lut_qblocks + blockIdx.x) * int64_t(p.n_sel) : nullptr;
+  const int n_tiles = kSparse ? p.n_sel : (p.len_kv + kBlockN - 1) / kBlockN;
+  auto tile_of = [&](int j) -> int { return kSparse ? __ldg(lut_row + j) : j; };
 
   // Prologue: Q with the first tile in group 0, then tiles 1 .. kStages-2.
   // Every stage commits a group, empty or not, so the wait counts below hold.
@@ -154,10 +165,12 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<D, kStages>::kMinBlocks)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_tiles) {
-      const int valid = p.len_kv - s * kBlockN;
+      const int tile = tile_of(s);
+      const int valid = p.len_kv - tile * kBlockN;
       const uint32_t stage = smem_kv + s * T::kStageBytes;
-      load_tile<D, kBlockN>(stage, kg + int64_t(s) * kBlockN * p.ks.token, p.ks.token, valid, tid);
-      load_tile<D, kBlockN>(stage + T::kTileBytes, vg + int64_t(s) * kBlockN * p.vs.token, p.vs.token, valid, tid);
+      load_tile<D, kBlockN>(stage, kg + int64_t(tile) * kBlockN * p.ks.token, p.ks.token, valid, tid);
+      load_tile<D, kBlockN>(stage + T::kTileBytes, vg + int64_t(tile) * kBlockN * p.vs.token, p.vs.token, valid,
+                            tid);
     }
     cp_async_commit();
   }
@@ -187,10 +200,11 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<D, kStages>::kMinBlocks)
     {  // refill the stage freed by tile j-1 with tile j + kStages - 1
       const int jn = j + kStages - 1;
       if (jn < n_tiles) {
-        const int valid = p.len_kv - jn * kBlockN;
+        const int tile = tile_of(jn);
+        const int valid = p.len_kv - tile * kBlockN;
         const uint32_t stage = smem_kv + stage_load * T::kStageBytes;
-        load_tile<D, kBlockN>(stage, kg + int64_t(jn) * kBlockN * p.ks.token, p.ks.token, valid, tid);
-        load_tile<D, kBlockN>(stage + T::kTileBytes, vg + int64_t(jn) * kBlockN * p.vs.token, p.vs.token, valid,
+        load_tile<D, kBlockN>(stage, kg + int64_t(tile) * kBlockN * p.ks.token, p.ks.token, valid, tid);
+        load_tile<D, kBlockN>(stage + T::kTileBytes, vg + int64_t(tile) * kBlockN * p.vs.token, p.vs.token, valid,
                               tid);
       }
       cp_async_commit();
@@ -220,8 +234,9 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<D, kStages>::kMinBlocks)
     }
 
     // Keys past len_kv (zero rows in shared memory) get no weight: last tile only.
-    if ((j + 1) * kBlockN > p.len_kv) {
-      const int valid = p.len_kv - j * kBlockN;
+    const int tile_j = tile_of(j);
+    if ((tile_j + 1) * kBlockN > p.len_kv) {
+      const int valid = p.len_kv - tile_j * kBlockN;
 #pragma unroll
       for (int t = 0; t < kSTiles; ++t) {
         const int key = t * 8 + (lane & 3) * 2;
@@ -334,9 +349,9 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<D, kStages>::kMinBlocks)
   }
 }
 
-template <int D, int kStages>
+template <int D, int kStages, bool kSparse>
 Status launch(const FlashParams& params, int64_t batch, int64_t heads, int64_t len_q, cudaStream_t stream) {
-  auto kernel = flash_attention_fwd_kernel<D, kStages>;
+  auto kernel = flash_attention_fwd_kernel<D, kStages, kSparse>;
   constexpr int smem = FlashTraits<D, kStages>::kSmemBytes;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
@@ -379,15 +394,17 @@ Status attention_flash_supports(const AttnProblem& p) {
   return Status::Ok;
 }
 
-Status attention_flash_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-                            void* stream) {
+namespace {
+
+// The dense and the block-sparse entry points after their own checks.
+Status flash_run(const char* name, const AttnProblem& p, const void* q, const void* k, const void* v, void* o,
+                 float* lse, const int32_t* lut, int64_t n_sel, void* stream) {
   using detail::attn_fail;
-  if (Status s = attention_flash_supports(p); s != Status::Ok) return s;
   if (!q || !k || !v || !o)
-    return attn_fail(Status::InvalidArgument, std::string("attention_flash_cuda: null pointer for ") +
+    return attn_fail(Status::InvalidArgument, std::string(name) + ": null pointer for " +
                                                   (!q ? "Q" : !k ? "K" : !v ? "V" : "O"));
   if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
-    return attn_fail(Status::Unsupported, std::string("attention_flash_cuda: ") +
+    return attn_fail(Status::Unsupported, std::string(name) + ": " +
                                               (!aligned16(q) ? "Q" : !aligned16(k) ? "K" : !aligned16(v) ? "V" : "O") +
                                               " is not 16-byte aligned");
   int device = 0, cc_major = 0, smem_optin = 0;
@@ -395,7 +412,7 @@ Status attention_flash_cuda(const AttnProblem& p, const void* q, const void* k, 
   cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (cc_major < 8)
-    return attn_fail(Status::Unsupported, "attention_flash_cuda: needs compute capability 8.0 or newer, device " +
+    return attn_fail(Status::Unsupported, std::string(name) + ": needs compute capability 8.0 or newer, device " +
                                               std::to_string(device) + " has " + std::to_string(cc_major) + ".x");
 
   FlashParams params;
@@ -412,17 +429,47 @@ Status attention_flash_cuda(const AttnProblem& p, const void* q, const void* k, 
   params.len_kv = int(p.len_kv);
   params.heads = int(p.heads);
   params.scale_log2 = float(double(p.scale) * 1.4426950408889634);
+  params.lut = lut;
+  params.n_sel = int(n_sel);
+  params.lut_qblocks = int((p.len_q + kBlockM - 1) / kBlockM);
   const auto st = static_cast<cudaStream_t>(stream);
 
   // Three K/V stages where the SM's shared memory allows (A100, Hopper); two on
   // the ~100 KB parts (sm_86/89/120) at head_dim 128.
-  if (p.head_dim == 64) return launch<64, 3>(params, p.batch, p.heads, p.len_q, st);
-  if (smem_optin >= FlashTraits<128, 3>::kSmemBytes) return launch<128, 3>(params, p.batch, p.heads, p.len_q, st);
-  if (smem_optin >= FlashTraits<128, 2>::kSmemBytes) return launch<128, 2>(params, p.batch, p.heads, p.len_q, st);
-  return attn_fail(Status::Unsupported, "attention_flash_cuda: head_dim 128 needs " +
+  if (lut) {
+    if (p.head_dim == 64) return launch<64, 3, true>(params, p.batch, p.heads, p.len_q, st);
+    if (smem_optin >= FlashTraits<128, 3>::kSmemBytes) return launch<128, 3, true>(params, p.batch, p.heads, p.len_q, st);
+    if (smem_optin >= FlashTraits<128, 2>::kSmemBytes) return launch<128, 2, true>(params, p.batch, p.heads, p.len_q, st);
+  } else {
+    if (p.head_dim == 64) return launch<64, 3, false>(params, p.batch, p.heads, p.len_q, st);
+    if (smem_optin >= FlashTraits<128, 3>::kSmemBytes) return launch<128, 3, false>(params, p.batch, p.heads, p.len_q, st);
+    if (smem_optin >= FlashTraits<128, 2>::kSmemBytes) return launch<128, 2, false>(params, p.batch, p.heads, p.len_q, st);
+  }
+  return attn_fail(Status::Unsupported, std::string(name) + ": head_dim 128 needs " +
                                             std::to_string(FlashTraits<128, 2>::kSmemBytes) +
                                             " bytes of shared memory per block, device " + std::to_string(device) +
                                             " allows " + std::to_string(smem_optin));
+}
+
+}  // namespace
+
+Status attention_flash_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                            void* stream) {
+  if (Status s = attention_flash_supports(p); s != Status::Ok) return s;
+  return flash_run("attention_flash_cuda", p, q, k, v, o, lse, nullptr, 0, stream);
+}
+
+Status attention_flash_block_sparse_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o,
+                                         float* lse, const int32_t* lut, int64_t n_sel, void* stream) {
+  using detail::attn_fail;
+  if (Status s = attention_flash_supports(p); s != Status::Ok) return s;
+  const int64_t kb = (p.len_kv + kBlockN - 1) / kBlockN;
+  if (!lut) return attn_fail(Status::InvalidArgument, "attention_flash_block_sparse_cuda: null LUT");
+  if (n_sel < 1 || n_sel > kb)
+    return attn_fail(Status::InvalidArgument, "attention_flash_block_sparse_cuda: n_sel must be in [1, " +
+                                                  std::to_string(kb) + "] key blocks of 64, got " +
+                                                  std::to_string(n_sel));
+  return flash_run("attention_flash_block_sparse_cuda", p, q, k, v, o, lse, lut, n_sel, stream);
 }
 
 }  // namespace td::kernels

@@ -35,7 +35,9 @@
 // contiguous.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/attention/attention.h"
 #include "kernels/status.h"
@@ -82,5 +84,52 @@ Status sla_linear_cpu(const SlaProblem& p, const float* q, const float* k, const
 Status sla_cpu(const SlaProblem& p, const float* q, const float* k, const float* v, const float* proj_weight,
                const float* proj_bias, float* o, uint8_t* block_map = nullptr, int32_t* lut = nullptr,
                float* lse = nullptr);
+
+namespace detail {
+// Records the reason for sla_last_error(); returns s.
+Status sla_fail(Status s, const std::string& message);
+}  // namespace detail
+
+#if TURBODIFF_HAVE_CUDA
+// ---- CUDA (sm_80+). Q/K/V/O are BF16 device tensors with p's strides
+// (multiples of 8 elements, 16-byte aligned); everything else is contiguous.
+// `stream` is a cudaStream_t; workspace comes from the caller. Reasons for a
+// non-Ok status in sla_last_error(). ----
+
+// Block selection (sla_block_select.cu): K block sums and Q block means
+// (fp32), the K mean from the block sums in a fixed order, pooled scores of
+// each query block against every key block (fp32), a bitonic sort of
+// (score descending, index ascending) keys: the reference's ranking and tie rule.
+// Any head_dim <= 256; key blocks <= 16384. lut [B, H, QB, n_sel] int32 (by
+// descending score) and block_map uint8 [B, H, QB, KB] may each be null.
+size_t sla_block_select_workspace_size(const SlaProblem& p);
+Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, uint8_t* block_map, int32_t* lut,
+                             void* workspace, size_t workspace_bytes, void* stream);
+
+// Sparse branch in BF16: attention_flash_block_sparse_cuda (128 x 64 blocks
+// only, head_dim 64/128). lse [B, H, len] fp32 may be null.
+Status sla_sparse_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const int32_t* lut,
+                       int64_t n_sel, void* o, float* lse, void* stream);
+
+// Linear branch plus proj_l added onto o (sla_linear.cu; head_dim 64/128):
+//   o += proj_l(o_l) = (φ(Q)·M) / (φ(Q)·Σφ(K) + 1e-5) + bias,  M = (φ(K)ᵀV)·Wᵀ.
+// φ(K)ᵀV and Σφ(K) are reduced over the tokens in fixed chunks (mma.sync BF16
+// products, fp32 partial sums), then summed over the chunks in a fixed order:
+// no atomics, the same input gives the same bits. proj weight [D, D] (out, in)
+// and bias [D] on the device, fp32 or bf16 (proj_type).
+size_t sla_linear_workspace_size(const SlaProblem& p);
+Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
+                           const void* proj_bias, ElemType proj_type, void* o, void* workspace,
+                           size_t workspace_bytes, void* stream);
+
+// The whole `sla` layer: selection (p.block_q x p.block_k must be 128 x 64),
+// BF16 sparse branch into o, then the linear branch when proj_weight is given
+// (null weight and bias: proj_l = 0, the linear branch is skipped).
+// block_map, lut and lse may be null.
+size_t sla_workspace_size(const SlaProblem& p);
+Status sla_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
+                const void* proj_bias, ElemType proj_type, void* o, uint8_t* block_map, int32_t* lut, float* lse,
+                void* workspace, size_t workspace_bytes, void* stream);
+#endif
 
 }  // namespace td::kernels

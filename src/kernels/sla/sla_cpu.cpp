@@ -184,6 +184,10 @@ void for_each_head(const SlaProblem& p, const std::function<void(int64_t, int64_
 
 }  // namespace
 
+namespace detail {
+Status sla_fail(Status s, const std::string& message) { return fail(s, message); }
+}  // namespace detail
+
 int64_t sla_selected_blocks(double topk, int64_t key_blocks) {
   const double want = std::floor(topk * double(key_blocks));
   return std::clamp<int64_t>(int64_t(want), 1, key_blocks);

@@ -6,6 +6,7 @@
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/sla.h"
 
 namespace td::models::wan {
 namespace {
@@ -120,9 +121,15 @@ WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention, double sla_topk)
   auto& ts = ck.tensors;
   device_ = ts.at("patch_embedding.weight").device();
   if (attention != nn::AttentionKind::Original) {
-    TD_CHECK(device_.is_cpu(), Unsupported, "--attention ", nn::attention_kind_name(attention),
-             ": SLA on CUDA not implemented yet (issue 6); the model is on ", device_.str(),
-             ". Run on --device cpu, or use --attention original");
+    if (device_.is_cuda() && attention == nn::AttentionKind::SageSLA) {
+      ops::SlaOptions sage_blocks;  // sagesla's 64 x 128 blocks run on the SageAttention-style kernel
+      sage_blocks.block_q = 64;
+      sage_blocks.block_k = 128;
+      TD_CHECK(ops::sla_cuda_available(sage_blocks), Unsupported,
+               "--attention sagesla on CUDA: this build has no SageAttention-style sparse kernel "
+               "(kernels/sage_attention), which runs sagesla's sparse branch; --attention sla (BF16 sparse branch) "
+               "or original run on CUDA");
+    }
     TD_CHECK(sla_topk > 0 && sla_topk <= 1, Usage, "--sla-topk ", sla_topk,
              ": expected the fraction of key blocks kept, in (0, 1]");
   }

@@ -1,0 +1,238 @@
+// SLA / SageSLA on Wan's shapes (issue 6) against cuDNN dense SDPA in the same
+// process: B = 1, head_dim 128, (L, H) = (32760, 12) and (75600, 40), topk
+// 0.05 / 0.1 / 0.15 / 0.2. Each stage timed on its own (block selection, sparse
+// kernel, linear branch with proj_l) and everything together (`sla_total`:
+// kernels::sla_cuda; `sagesla_total`: selection with 64 x 128 blocks, the
+// SageAttention-style kernel with its quantization passes, linear branch).
+// The sparse kernels' dense-equivalent throughput is 4·B·H·L²·D / time.
+// CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
+// JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "kernels/attention/attention.h"
+#include "kernels/sla/sla.h"
+#if __has_include("ops/sage_attention.h")
+#include "kernels/sage_attention/sage_attention.h"
+#define BENCH_HAVE_SAGE 1
+#else
+#define BENCH_HAVE_SAGE 0
+#endif
+
+using td::kernels::AttnLayout;
+using td::kernels::AttnProblem;
+using td::kernels::SlaProblem;
+using td::kernels::Status;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t len, heads;
+};
+
+int reps_for(double once_ms) { return once_ms > 100 ? 5 : once_ms > 10 ? 15 : 40; }
+
+double once(const std::function<void(int)>& fn, cudaStream_t st) { return td::bench::time_cuda(fn, st, 1, 1).median_ms; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  cudaStream_t stream;
+  TD_BENCH_CUDA(cudaStreamCreate(&stream));
+  nlohmann::json out;
+  out["bench"] = "sla";
+  out["device"] = td::bench::device_json();
+  out["sage_kernel_in_build"] = bool(BENCH_HAVE_SAGE);
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<Shape> shapes = {{"wan1.3b_480p", 32760, 12}, {"wan14b_720p", 75600, 40}};
+  if (quick) shapes.resize(1);
+  const int64_t D = 128, B = 1;
+  for (const Shape& s : shapes) {
+    const size_t n = size_t(B * s.len * s.heads * D);
+    void *q, *k, *v, *o;
+    TD_BENCH_CUDA(cudaMalloc(&q, n * 2));
+    TD_BENCH_CUDA(cudaMalloc(&k, n * 2));
+    TD_BENCH_CUDA(cudaMalloc(&v, n * 2));
+    TD_BENCH_CUDA(cudaMalloc(&o, n * 2));
+    td::bench::fill_random_bf16(q, n, 1.f, 1, stream);
+    td::bench::fill_random_bf16(k, n, 1.f, 2, stream);
+    td::bench::fill_random_bf16(v, n, 1.f, 3, stream);
+    float* proj_w;
+    float* proj_b;
+    TD_BENCH_CUDA(cudaMalloc(&proj_w, D * D * 4));
+    TD_BENCH_CUDA(cudaMalloc(&proj_b, D * 4));
+    td::bench::fill_random_f32(proj_w, size_t(D * D), 0.05f, 4, stream);
+    td::bench::fill_random_f32(proj_b, size_t(D), 0.05f, 5, stream);
+    const double dense_flops = 4.0 * double(B * s.heads) * double(s.len) * double(s.len) * double(D);
+
+    nlohmann::json base = {{"shape", s.name}, {"batch", B}, {"heads", s.heads}, {"len", s.len}, {"head_dim", D}};
+    // cuDNN dense SDPA.
+    double cudnn_ms = 0;
+    AttnProblem ap = AttnProblem::make(AttnLayout::BLHD, B, s.heads, s.len, s.len, D);
+#if TURBODIFF_HAVE_CUDNN
+    {
+      size_t ws_bytes = 0;
+      Status st = td::kernels::attention_cudnn_workspace_size(ap, false, &ws_bytes);
+      void* ws = nullptr;
+      if (st == Status::Ok && ws_bytes) TD_BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+      auto run = [&](int) { td::kernels::attention_cudnn(ap, q, k, v, o, nullptr, ws, ws_bytes, stream); };
+      if (st == Status::Ok) st = td::kernels::attention_cudnn(ap, q, k, v, o, nullptr, ws, ws_bytes, stream);
+      if (st == Status::Ok) {
+        const auto t = td::bench::time_cuda(run, stream, 1, reps_for(once(run, stream)));
+        cudnn_ms = t.median_ms;
+        base["cudnn_ms"] = cudnn_ms;
+        base["cudnn_tflops"] = dense_flops / (cudnn_ms * 1e-3) / 1e12;
+      } else {
+        base["cudnn_error"] = td::kernels::attention_last_error();
+      }
+      if (ws) cudaFree(ws);
+    }
+#else
+    base["cudnn_error"] = "built without cuDNN";
+#endif
+    for (double topk : {0.05, 0.1, 0.15, 0.2}) {
+      nlohmann::json r = base;
+      r["topk"] = topk;
+      SlaProblem p;
+      p.batch = B;
+      p.heads = s.heads;
+      p.len = s.len;
+      p.head_dim = D;
+      p.q = p.k = p.v = p.o = td::kernels::attn_contiguous_strides(AttnLayout::BLHD, s.heads, s.len, D);
+      p.scale = float(1.0 / std::sqrt(double(D)));
+      p.topk = topk;
+      auto record = [&](const std::string& key, const std::function<void(int)>& fn) {
+        fn(0);
+        const cudaError_t e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess) {
+          r[key + "_error"] = cudaGetErrorString(e);
+          return 0.0;
+        }
+        const auto t = td::bench::time_cuda(fn, stream, 2, reps_for(once(fn, stream)));
+        r[key + "_ms"] = t.median_ms;
+        if (cudnn_ms > 0) r[key + "_speed_vs_cudnn"] = cudnn_ms / t.median_ms;
+        return t.median_ms;
+      };
+      auto check = [&](Status st, const std::string& key) {
+        if (st != Status::Ok) r[key + "_error"] = td::kernels::sla_last_error();
+        return st == Status::Ok;
+      };
+
+      // ---- sla: 128 x 64 blocks, BF16 sparse kernel.
+      {
+        p.block_q = 128;
+        p.block_k = 64;
+        const int64_t n_sel = td::kernels::sla_selected_blocks(topk, p.key_blocks());
+        r["sla_n_sel"] = n_sel;
+        const size_t ws_bytes = td::kernels::sla_workspace_size(p);
+        void* ws;
+        int32_t* lut;
+        TD_BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+        TD_BENCH_CUDA(cudaMalloc(&lut, size_t(B * s.heads * p.query_blocks() * n_sel) * 4));
+        const size_t sel_bytes = td::kernels::sla_block_select_workspace_size(p);
+        const size_t lin_bytes = td::kernels::sla_linear_workspace_size(p);
+        if (check(td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, ws, sel_bytes, stream), "sla_select")) {
+          record("sla_select", [&](int) { td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, ws, sel_bytes, stream); });
+          if (check(td::kernels::sla_sparse_cuda(p, q, k, v, lut, n_sel, o, nullptr, stream), "sla_sparse")) {
+            const double ms =
+                record("sla_sparse", [&](int) { td::kernels::sla_sparse_cuda(p, q, k, v, lut, n_sel, o, nullptr, stream); });
+            if (ms > 0) {
+              r["sla_sparse_dense_equiv_tflops"] = dense_flops / (ms * 1e-3) / 1e12;
+              r["sla_sparse_actual_tflops"] = dense_flops * double(n_sel) / double(p.key_blocks()) / (ms * 1e-3) / 1e12;
+            }
+          }
+        }
+        if (check(td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws,
+                                                   lin_bytes, stream),
+                  "linear"))
+          record("linear", [&](int) {
+            td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws, lin_bytes,
+                                             stream);
+          });
+        auto total = [&](int) {
+          td::kernels::sla_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr, nullptr, ws,
+                                ws_bytes, stream);
+        };
+        if (check(td::kernels::sla_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr,
+                                        nullptr, ws, ws_bytes, stream),
+                  "sla_total"))
+          record("sla_total", total);
+        cudaFree(ws);
+        cudaFree(lut);
+      }
+#if BENCH_HAVE_SAGE
+      // ---- sagesla: 64 x 128 blocks on sm90 (128 x 64 elsewhere), the sage kernel.
+      {
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        p.block_q = major == 9 ? 64 : 128;
+        p.block_k = major == 9 ? 128 : 64;
+        const int64_t n_sel = td::kernels::sla_selected_blocks(topk, p.key_blocks());
+        r["sagesla_blocks"] = std::to_string(p.block_q) + "x" + std::to_string(p.block_k);
+        r["sagesla_n_sel"] = n_sel;
+        td::kernels::SageSparse sp;
+        sp.n_sel = n_sel;
+        sp.block_q = p.block_q;
+        sp.block_k = p.block_k;
+        const size_t sel_bytes = td::kernels::sla_block_select_workspace_size(p);
+        const size_t lin_bytes = td::kernels::sla_linear_workspace_size(p);
+        const size_t sage_bytes = td::kernels::sage_attention_workspace_size(ap, td::kernels::SageBackend::Auto);
+        void *sel_ws, *lin_ws, *sage_ws;
+        int32_t* lut;
+        TD_BENCH_CUDA(cudaMalloc(&sel_ws, sel_bytes));
+        TD_BENCH_CUDA(cudaMalloc(&lin_ws, lin_bytes));
+        TD_BENCH_CUDA(cudaMalloc(&sage_ws, sage_bytes ? sage_bytes : 1));
+        TD_BENCH_CUDA(cudaMalloc(&lut, size_t(B * s.heads * p.query_blocks() * n_sel) * 4));
+        sp.lut = lut;
+        Status st = td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
+        if (st == Status::Ok) st = td::kernels::sage_attention_supports(ap, &sp, td::kernels::SageBackend::Auto);
+        if (st == Status::Ok)
+          st = td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
+                                                sage_bytes, stream);
+        if (st != Status::Ok) {
+          r["sagesla_error"] = std::string(td::kernels::sla_last_error()) + " / " + td::kernels::attention_last_error();
+        } else {
+          record("sagesla_select", [&](int) { td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, sel_ws, sel_bytes, stream); });
+          const double ms = record("sagesla_sparse", [&](int) {
+            td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
+                                             sage_bytes, stream);
+          });
+          if (ms > 0) r["sagesla_sparse_dense_equiv_tflops"] = dense_flops / (ms * 1e-3) / 1e12;
+          record("sagesla_total", [&](int) {
+            td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
+            td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
+                                             sage_bytes, stream);
+            td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
+                                             lin_bytes, stream);
+          });
+        }
+        cudaFree(sel_ws);
+        cudaFree(lin_ws);
+        cudaFree(sage_ws);
+        cudaFree(lut);
+      }
+#endif
+      results.push_back(r);
+      std::fprintf(stderr, "%s\n", r.dump().c_str());
+    }
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    cudaFree(proj_w);
+    cudaFree(proj_b);
+  }
+  out["results"] = results;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}

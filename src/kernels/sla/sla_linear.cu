@@ -1,0 +1,468 @@
+// SLA linear branch on the GPU, with proj_l folded in and added onto o_s
+// (kernels/sla/sla.h, sla_linear_add_cuda). Three kernels:
+//
+//   1. kv_partial: grid (token chunk, head, batch), 2·D threads (D/16 warps).
+//      K and V stream through shared memory in tiles of 64 tokens (cp.async,
+//      double-buffered, zero rows past the chunk). Each tile's K rows become
+//      φ(K) in place (a warp per row: softmax over head_dim / elu+1 / relu,
+//      rounded to bf16; rows past len are 0); then warp w accumulates feature
+//      rows 16w..16w+15 of φ(K)ᵀV with mma.sync (A = φ(K)ᵀ by ldmatrix.trans,
+//      B = V by ldmatrix.trans), fp32 in registers. Σφ(K) of the same rounded
+//      values per lane, then over warps in a fixed order. Output: one fp32
+//      partial [D, D] and [D] per chunk.
+//   2. kv_project: grid (feature row, batch·head), D threads: the partials
+//      summed over chunks in chunk order (deterministic), then the row of
+//      M = (φ(K)ᵀV)·Wᵀ (proj_l folded in: proj_l(o_l) = φ(Q)·M / den + bias),
+//      stored as bf16 for the tensor cores.
+//   3. linear_apply: grid (128-token block, head, batch), 8 warps of 16 rows:
+//      φ(Q) in place in shared memory, den = φ(Q)·Σφ(K) + 1e-5 per row, φ(Q)·M
+//      with mma.sync, then o = o_s + acc / den + bias in the epilogue.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/sla/sla.h"
+#include "kernels/sla/sla_device.cuh"
+
+namespace td::kernels {
+namespace {
+
+using namespace sla_device;
+
+constexpr int kTile = 64;        // tokens per K/V tile in kv_partial
+constexpr int kApplyRows = 128;  // tokens per CTA in linear_apply
+constexpr int kApplyThreads = 256;
+constexpr int64_t kTargetCtas = 512;  // kv_partial CTAs to aim for (a few waves on 132 SMs)
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Chunking of the token axis: depends on the problem only (not the device), so
+// the summation order, hence the bits, are the same everywhere.
+struct Chunking {
+  int64_t chunk_len, n_chunks;
+};
+Chunking chunking(const SlaProblem& p) {
+  const int64_t bh = p.batch * p.heads, tiles = (p.len + kTile - 1) / kTile;
+  int64_t want = (kTargetCtas + bh - 1) / bh;
+  want = want < 1 ? 1 : want > tiles ? tiles : want;
+  const int64_t chunk_len = ((tiles + want - 1) / want) * kTile;
+  return {chunk_len, (p.len + chunk_len - 1) / chunk_len};
+}
+
+struct Workspace {
+  float* part;      // [BH, n_chunks, D, D]
+  float* part_ks;   // [BH, n_chunks, D]
+  __nv_bfloat16* m; // [BH, D, D]
+  float* ksum;      // [BH, D]
+  float* bias;      // [D]
+  size_t bytes;
+};
+Workspace carve(const SlaProblem& p, void* base) {
+  const Chunking c = chunking(p);
+  const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim), n = size_t(c.n_chunks);
+  char* at = static_cast<char*>(base);
+  Workspace w;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    char* r = at ? at + off : nullptr;
+    off += align256(bytes);
+    return r;
+  };
+  w.part = reinterpret_cast<float*>(take(bh * n * d * d * 4));
+  w.part_ks = reinterpret_cast<float*>(take(bh * n * d * 4));
+  w.m = reinterpret_cast<__nv_bfloat16*>(take(bh * d * d * 2));
+  w.ksum = reinterpret_cast<float*>(take(bh * d * 4));
+  w.bias = reinterpret_cast<float*>(take(d * 4));
+  w.bytes = off;
+  return w;
+}
+
+struct LinParams {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  __nv_bfloat16* o;
+  AttnStrides qs, ks, vs, os;
+  const void* proj_w;
+  const void* proj_b;
+  int heads, len, chunk_len, n_chunks;
+  Workspace ws;
+};
+
+// One head_dim row of a swizzled bf16 tile, E = D / 32 values per lane
+// (channels lane·E .. lane·E + E - 1, all in one 16-byte chunk).
+template <int D>
+__device__ __forceinline__ uint32_t row_addr(uint32_t base, int row, int lane) {
+  constexpr int E = D / 32;
+  return base + swizzle<D / 8>(row, (lane * E) / 8) + uint32_t(((lane * E) % 8) * 2);
+}
+template <int D>
+__device__ __forceinline__ void read_row(uint32_t addr, float (&x)[D / 32]) {
+#pragma unroll
+  for (int i = 0; i < D / 64; ++i) {
+    uint32_t w;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(addr + 4 * i));
+    const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&w);
+    x[2 * i] = __low2float(v);
+    x[2 * i + 1] = __high2float(v);
+  }
+}
+// Rounds x to bf16 (x keeps the rounded values) and stores it.
+template <int D>
+__device__ __forceinline__ void round_write_row(uint32_t addr, float (&x)[D / 32]) {
+#pragma unroll
+  for (int i = 0; i < D / 64; ++i) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    x[2 * i] = __low2float(v);
+    x[2 * i + 1] = __high2float(v);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr + 4 * i), "r"(*reinterpret_cast<const uint32_t*>(&v))
+                 : "memory");
+  }
+}
+
+template <int E>
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  return s;
+}
+
+// φ over one row held E values per lane by a whole warp. FM: 0 softmax, 1 elu+1, 2 relu.
+template <int E, int FM>
+__device__ __forceinline__ void feature_map(float (&x)[E]) {
+  if constexpr (FM == 0) {
+    float m = x[0];
+#pragma unroll
+    for (int e = 1; e < E; ++e) m = fmaxf(m, x[e]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) s += (x[e] = __expf(x[e] - m));
+    const float inv = 1.f / warp_sum<E>(s);
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] *= inv;
+  } else if constexpr (FM == 1) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = x[e] > 0.f ? x[e] + 1.f : __expf(x[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = fmaxf(x[e], 0.f);
+  }
+}
+
+template <int D>
+struct KvTraits {
+  static constexpr int kThreads = 2 * D;  // D / 16 warps, one per 16 feature rows
+  static constexpr int kTileBytes = kTile * D * 2;
+  static constexpr int kSmemBytes = 2 * 2 * kTileBytes;  // two stages of K and V
+};
+
+template <int D, int FM>
+__global__ void __launch_bounds__(KvTraits<D>::kThreads) kv_partial_kernel(const LinParams p) {
+  using T = KvTraits<D>;
+  constexpr int kThreads = T::kThreads, kWarps = kThreads / 32, E = D / 32, kChunks = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = uint32_t(__cvta_generic_to_shared(smem));
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int t_begin = chunk * p.chunk_len, t_end = min(p.len, t_begin + p.chunk_len);
+  const int n_tiles = (t_end - t_begin + kTile - 1) / kTile;
+  const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head;
+  const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
+
+  auto issue = [&](int j) {
+    const uint32_t stage = s0 + (j & 1) * 2 * T::kTileBytes;
+    const int t0 = t_begin + j * kTile, valid = t_end - t0;
+    load_tile<D, kTile, kThreads>(stage, kg + int64_t(t0) * p.ks.token, p.ks.token, valid, tid);
+    load_tile<D, kTile, kThreads>(stage + T::kTileBytes, vg + int64_t(t0) * p.vs.token, p.vs.token, valid, tid);
+  };
+  issue(0);
+  cp_async_commit();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  float ks[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) ks[e] = 0.f;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile j landed everywhere; tile j-1's stage is free
+    if (j + 1 < n_tiles) issue(j + 1);
+    cp_async_commit();
+    const uint32_t sk = s0 + (j & 1) * 2 * T::kTileBytes, sv = sk + T::kTileBytes;
+    const int valid = t_end - (t_begin + j * kTile);
+
+    for (int r = warp; r < kTile; r += kWarps) {
+      float x[E];
+      const uint32_t addr = row_addr<D>(sk, r, lane);
+      read_row<D>(addr, x);
+      feature_map<E, FM>(x);
+      if (r >= valid) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[e] = 0.f;
+      }
+      round_write_row<D>(addr, x);
+#pragma unroll
+      for (int e = 0; e < E; ++e) ks[e] += x[e];
+    }
+    __syncthreads();  // φ(K) rows of every warp written
+
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t a[4];
+      {
+        const int tok = kk * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int ch = warp * 2 + ((lane >> 3) & 1);
+        ldmatrix_x4_trans(a, sk + swizzle<kChunks>(tok, ch));
+      }
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        const int tok = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        const int ch = dp * 2 + (lane >> 4);
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, sv + swizzle<kChunks>(tok, ch));
+        mma_bf16(acc[2 * dp], a, vb[0], vb[1]);
+        mma_bf16(acc[2 * dp + 1], a, vb[2], vb[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  const int64_t slot = (int64_t(b) * p.heads + h) * p.n_chunks + chunk;
+  float* part = p.ws.part + slot * D * D;
+  const int f0 = warp * 16 + lane / 4;
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) {
+    const int col = t * 8 + (lane & 3) * 2;
+    *reinterpret_cast<float2*>(part + int64_t(f0) * D + col) = make_float2(acc[t][0], acc[t][1]);
+    *reinterpret_cast<float2*>(part + int64_t(f0 + 8) * D + col) = make_float2(acc[t][2], acc[t][3]);
+  }
+  // Σφ(K): lanes' values through shared memory, warps summed in order.
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(smem);  // [kWarps, D]
+#pragma unroll
+  for (int e = 0; e < E; ++e) red[warp * D + lane * E + e] = ks[e];
+  __syncthreads();
+  if (tid < D) {
+    float s = 0.f;
+    for (int w = 0; w < kWarps; ++w) s += red[w * D + tid];
+    p.ws.part_ks[slot * D + tid] = s;
+  }
+}
+
+template <int D, typename WT>
+__global__ void __launch_bounds__(D) kv_project_kernel(const LinParams p) {
+  __shared__ float row[D];
+  const int f = blockIdx.x, c = threadIdx.x;
+  const int64_t bh = blockIdx.y;
+  const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f) * D + c;
+  float s = 0.f;
+  for (int ch = 0; ch < p.n_chunks; ++ch) s += part[int64_t(ch) * D * D];
+  row[c] = s;
+  if (f == 0) {
+    const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
+    float ks = 0.f;
+    for (int ch = 0; ch < p.n_chunks; ++ch) ks += pk[int64_t(ch) * D];
+    p.ws.ksum[bh * D + c] = ks;
+    if (bh == 0) p.ws.bias[c] = float(static_cast<const WT*>(p.proj_b)[c]);
+  }
+  __syncthreads();
+  const WT* w = static_cast<const WT*>(p.proj_w) + int64_t(c) * D;  // output channel r = c
+  float m = 0.f;
+#pragma unroll 8
+  for (int i = 0; i < D; ++i) m = fmaf(row[i], float(w[i]), m);
+  p.ws.m[(bh * D + f) * D + c] = __float2bfloat16_rn(m);
+}
+
+template <int D>
+struct ApplyTraits {
+  static constexpr int kQBytes = kApplyRows * D * 2;
+  static constexpr int kMBytes = D * D * 2;
+  static constexpr int kSmemBytes = kQBytes + kMBytes + 2 * D * 4 + kApplyRows * 4;
+};
+
+template <int D, int FM>
+__global__ void __launch_bounds__(kApplyThreads) linear_apply_kernel(const LinParams p) {
+  using T = ApplyTraits<D>;
+  constexpr int E = D / 32, kChunks = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sq = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t sm = sq + T::kQBytes;
+  float* ksum_s = reinterpret_cast<float*>(smem + T::kQBytes + T::kMBytes);
+  float* bias_s = ksum_s + D;
+  float* den_s = bias_s + D;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int q0 = blockIdx.x * kApplyRows, h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const int valid = p.len - q0;
+
+  load_tile<D, kApplyRows, kApplyThreads>(
+      sq, p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + int64_t(q0) * p.qs.token, p.qs.token, valid, tid);
+  load_tile<D, D, kApplyThreads>(sm, p.ws.m + bh * D * D, D, D, tid);
+  cp_async_commit();
+  for (int c = tid; c < D; c += kApplyThreads) {
+    ksum_s[c] = p.ws.ksum[bh * D + c];
+    bias_s[c] = p.ws.bias[c];
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // φ(Q) in place for the warp's 16 rows, and each row's denominator.
+  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
+    float x[E];
+    const uint32_t addr = row_addr<D>(sq, r, lane);
+    read_row<D>(addr, x);
+    feature_map<E, FM>(x);
+    round_write_row<D>(addr, x);
+    float d = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) d = fmaf(x[e], ksum_s[lane * E + e], d);
+    d = warp_sum<E>(d);
+    if (lane == 0) den_s[r] = d + 1e-5f;
+  }
+  __syncwarp();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    {
+      const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4(a, sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+      uint32_t mb[4];
+      ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
+      mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
+      mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
+    }
+  }
+
+  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
+  const float inv0 = 1.f / den_s[r0], inv1 = 1.f / den_s[r1];
+  __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) {
+    const int col = t * 8 + (lane & 3) * 2;
+    if (r0 < valid) {
+      auto* ptr = reinterpret_cast<__nv_bfloat162*>(og + int64_t(q0 + r0) * p.os.token + col);
+      const float2 old = __bfloat1622float2(*ptr);
+      *ptr = __floats2bfloat162_rn(old.x + fmaf(acc[t][0], inv0, bias_s[col]),
+                                   old.y + fmaf(acc[t][1], inv0, bias_s[col + 1]));
+    }
+    if (r1 < valid) {
+      auto* ptr = reinterpret_cast<__nv_bfloat162*>(og + int64_t(q0 + r1) * p.os.token + col);
+      const float2 old = __bfloat1622float2(*ptr);
+      *ptr = __floats2bfloat162_rn(old.x + fmaf(acc[t][2], inv1, bias_s[col]),
+                                   old.y + fmaf(acc[t][3], inv1, bias_s[col + 1]));
+    }
+  }
+}
+
+Status launch_error(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::Ok;
+  return detail::sla_fail(Status::LaunchFailed,
+                          std::string("sla_linear_add_cuda: ") + what + " launch failed: " + cudaGetErrorString(e));
+}
+
+template <int D, int FM>
+Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st) {
+  {
+    auto kernel = kv_partial_kernel<D, FM>;
+    constexpr int smem = KvTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    kernel<<<dim3(unsigned(p.n_chunks), unsigned(sp.heads), unsigned(sp.batch)), KvTraits<D>::kThreads, smem, st>>>(
+        p);
+    if (Status s = launch_error("kv_partial"); s != Status::Ok) return s;
+  }
+  const dim3 pgrid(unsigned(D), unsigned(sp.batch * sp.heads));
+  if (proj_type == ElemType::F32)
+    kv_project_kernel<D, float><<<pgrid, D, 0, st>>>(p);
+  else
+    kv_project_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
+  if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
+  {
+    auto kernel = linear_apply_kernel<D, FM>;
+    constexpr int smem = ApplyTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
+    kernel<<<dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)), kApplyThreads, smem, st>>>(p);
+    return launch_error("linear_apply");
+  }
+}
+
+template <int D>
+Status run_fm(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st) {
+  switch (sp.feature_map) {
+    case SlaFeatureMap::Softmax: return run<D, 0>(sp, p, proj_type, st);
+    case SlaFeatureMap::Elu: return run<D, 1>(sp, p, proj_type, st);
+    case SlaFeatureMap::Relu: return run<D, 2>(sp, p, proj_type, st);
+  }
+  return detail::sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: unknown feature map");
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+size_t sla_linear_workspace_size(const SlaProblem& p) { return carve(p, nullptr).bytes; }
+
+Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
+                           const void* proj_bias, ElemType proj_type, void* o, void* workspace,
+                           size_t workspace_bytes, void* stream) {
+  using detail::sla_fail;
+  if (Status s = sla_check(p); s != Status::Ok) return s;
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return sla_fail(Status::Unsupported,
+                    "sla_linear_add_cuda: head_dim must be 64 or 128, got " + std::to_string(p.head_dim));
+  if (proj_type != ElemType::F32 && proj_type != ElemType::BF16)
+    return sla_fail(Status::Unsupported, "sla_linear_add_cuda: proj_l must be f32 or bf16");
+  if (!q || !k || !v || !o || !proj_weight || !proj_bias)
+    return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: null Q, K, V, O or proj_l pointer");
+  if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
+    return sla_fail(Status::Unsupported, "sla_linear_add_cuda: Q, K, V and O must be 16-byte aligned");
+  for (const AttnStrides* s : {&p.q, &p.k, &p.v, &p.o})
+    if (s->batch % 8 || s->head % 8 || s->token % 8)
+      return sla_fail(Status::Unsupported, "sla_linear_add_cuda: strides must be multiples of 8 elements");
+  if (p.len > (int64_t(1) << 30) || p.heads > 65535 || p.batch > 65535)
+    return sla_fail(Status::Unsupported, "sla_linear_add_cuda: len must be < 2^30 and batch, heads <= 65535");
+  const Workspace ws = carve(p, workspace);
+  if (!workspace || workspace_bytes < ws.bytes)
+    return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: workspace of " + std::to_string(ws.bytes) +
+                                                 " bytes needed, got " + std::to_string(workspace_bytes));
+  const Chunking c = chunking(p);
+  LinParams lp;
+  lp.q = static_cast<const __nv_bfloat16*>(q);
+  lp.k = static_cast<const __nv_bfloat16*>(k);
+  lp.v = static_cast<const __nv_bfloat16*>(v);
+  lp.o = static_cast<__nv_bfloat16*>(o);
+  lp.qs = p.q;
+  lp.ks = p.k;
+  lp.vs = p.v;
+  lp.os = p.o;
+  lp.proj_w = proj_weight;
+  lp.proj_b = proj_bias;
+  lp.heads = int(p.heads);
+  lp.len = int(p.len);
+  lp.chunk_len = int(c.chunk_len);
+  lp.n_chunks = int(c.n_chunks);
+  lp.ws = ws;
+  const auto st = static_cast<cudaStream_t>(stream);
+  return p.head_dim == 64 ? run_fm<64>(p, lp, proj_type, st) : run_fm<128>(p, lp, proj_type, st);
+}
+
+}  // namespace td::kernels

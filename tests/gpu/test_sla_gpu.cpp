@@ -1,0 +1,402 @@
+// SLA on the GPU (issue 6) against the fp32 CPU reference (kernels/sla) and
+// fp64 formulas, on fresh random BF16 inputs (K with a non-zero mean, so the
+// smoothing matters) of awkward lengths, both layouts, head_dim 64 and 128,
+// NaN-poisoned outputs:
+//   - block selection: the LUT / map equal sla_block_map_cpu's up to ties
+//     (a GPU-selected block whose fp64 score is below the n_sel-th must tie it
+//     to 1e-4 of the row's score range; at most 1% of rows may differ at all);
+//   - sparse branch (BF16 flash, 128 x 64): rel L2 <= 1e-2 against fp64
+//     block-sparse attention with the same LUT, LSE within 2e-3;
+//   - linear branch (proj_l = identity onto a zero o): rel L2 <= 1e-2 against
+//     sla_linear_cpu for softmax / elu+1 / relu, the same bits on a second run;
+//   - the whole layer through ops::sla: rel L2 <= 1e-2, cosine >= 0.9999
+//     against the CPU layer; the dense limit (topk 1, proj_l 0) against exact
+//     attention; tiny sequences (less than one block -> one block);
+//   - sagesla (64 x 128 blocks, the SageAttention-style kernel) where the build
+//     has it: cosine >= 0.999 against the CPU layer; a clear error otherwise.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/dtype.h"
+#include "harness/harness.h"
+#include "kernels/attention/attention.h"
+#include "kernels/sla/sla.h"
+#include "ops/attention.h"
+#include "ops/sla.h"
+
+namespace td {
+namespace {
+
+using kernels::SlaFeatureMap;
+using kernels::SlaProblem;
+using kernels::Status;
+
+constexpr double kMaxRelL2 = 1e-2;
+
+kernels::AttnStrides strides_of(const Tensor& t) { return {t.strides()[0], t.strides()[2], t.strides()[1]}; }
+
+// One problem: host BF16 base tensors ([B, L, H, D] or [B, H, L, D] storage),
+// their [B, L, H, D] views on host (f32 copies) and device (bf16).
+struct Inputs {
+  int64_t B, L, H, D;
+  bool bhld;
+  Tensor qh, kh, vh;  // host f32 views [B, L, H, D]
+  Tensor qd, kd, vd;  // device bf16 views [B, L, H, D]
+};
+
+Tensor blhd_view(const Tensor& base, bool bhld) { return bhld ? base.permute({0, 2, 1, 3}) : base; }
+
+Inputs make_inputs(int64_t B, int64_t L, int64_t H, int64_t D, bool bhld) {
+  Inputs in{B, L, H, D, bhld, {}, {}, {}, {}, {}, {}};
+  const Shape shape = bhld ? Shape{B, H, L, D} : Shape{B, L, H, D};
+  const Tensor q = test::randn_tensor(shape, DType::BF16);
+  const Tensor k = test::randn_tensor(shape, DType::BF16, 1.f, 0.75f);  // a shared key offset
+  const Tensor v = test::randn_tensor(shape, DType::BF16, 1.f, 0.25f);
+  in.qh = blhd_view(q.to(DType::F32), bhld);
+  in.kh = blhd_view(k.to(DType::F32), bhld);
+  in.vh = blhd_view(v.to(DType::F32), bhld);
+  in.qd = blhd_view(q.to(Device::cuda(0)), bhld);
+  in.kd = blhd_view(k.to(Device::cuda(0)), bhld);
+  in.vd = blhd_view(v.to(Device::cuda(0)), bhld);
+  return in;
+}
+
+SlaProblem problem(const Inputs& in, const Tensor& q, const Tensor& k, const Tensor& v, double topk,
+                   int64_t block_q = 128, int64_t block_k = 64, SlaFeatureMap fm = SlaFeatureMap::Softmax) {
+  SlaProblem p;
+  p.batch = in.B;
+  p.heads = in.H;
+  p.len = in.L;
+  p.head_dim = in.D;
+  p.q = strides_of(q);
+  p.k = strides_of(k);
+  p.v = strides_of(v);
+  p.o = kernels::attn_contiguous_strides(kernels::AttnLayout::BLHD, in.H, in.L, in.D);
+  p.scale = float(1.0 / std::sqrt(double(in.D)));
+  p.block_q = block_q;
+  p.block_k = block_k;
+  p.topk = topk;
+  p.feature_map = fm;
+  return p;
+}
+
+Tensor device_buffer(const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype, Device::cuda(0));
+  test::poison(t);
+  return t;
+}
+
+template <typename T>
+std::vector<T> download(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu());
+  return std::vector<T>(h.data<T>(), h.data<T>() + h.numel());
+}
+
+double at(const Tensor& h, int64_t b, int64_t t, int64_t hh, int64_t c) {
+  const auto& s = h.strides();
+  return h.data<float>()[b * s[0] + t * s[1] + hh * s[2] + c * s[3]];
+}
+
+// fp64 pooled scores [B, H, QB, KB] from the host f32 views.
+std::vector<double> ref_scores(const Inputs& in, const SlaProblem& p) {
+  const int64_t QB = p.query_blocks(), KB = p.key_blocks(), D = in.D, L = in.L;
+  std::vector<double> out(size_t(in.B * in.H * QB * KB));
+  for (int64_t b = 0; b < in.B; ++b)
+    for (int64_t h = 0; h < in.H; ++h) {
+      std::vector<double> mean(size_t(D), 0.0), pq(size_t(QB * D), 0.0), pk(size_t(KB * D), 0.0);
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t c = 0; c < D; ++c) mean[size_t(c)] += at(in.kh, b, t, h, c) / double(L);
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t c = 0; c < D; ++c) {
+          const int64_t i = t / p.block_q, j = t / p.block_k;
+          const double nq = double(std::min(L, (i + 1) * p.block_q) - i * p.block_q);
+          const double nk = double(std::min(L, (j + 1) * p.block_k) - j * p.block_k);
+          pq[size_t(i * D + c)] += at(in.qh, b, t, h, c) / nq;
+          pk[size_t(j * D + c)] += (at(in.kh, b, t, h, c) - mean[size_t(c)]) / nk;
+        }
+      for (int64_t i = 0; i < QB; ++i)
+        for (int64_t j = 0; j < KB; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < D; ++c) s += pq[size_t(i * D + c)] * pk[size_t(j * D + c)];
+          out[size_t(((b * in.H + h) * QB + i) * KB + j)] = s;
+        }
+    }
+  return out;
+}
+
+struct SelectCase {
+  int64_t B, L, H, D, block_q, block_k;
+  double topk;
+  bool bhld;
+};
+
+void check_selection(const SelectCase& c) {
+  SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " blocks "
+                                  << c.block_q << "x" << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD"));
+  const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+  const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
+  const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, c.topk, c.block_q, c.block_k);
+  const int64_t QB = pd.query_blocks(), KB = pd.key_blocks(), rows = c.B * c.H * QB;
+  const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
+  Tensor lut = device_buffer({rows, n_sel}, DType::I32), map = device_buffer({rows, KB}, DType::U8);
+  const size_t ws_bytes = kernels::sla_block_select_workspace_size(pd);
+  Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+  ASSERT_EQ(kernels::sla_block_select_cuda(pd, in.qd.raw_data(), in.kd.raw_data(), map.data<uint8_t>(),
+                                           lut.data<int32_t>(), ws.raw_data(), ws_bytes, cuda::current_stream()),
+            Status::Ok)
+      << kernels::sla_last_error();
+  const auto glut = download<int32_t>(lut);
+  const auto gmap = download<uint8_t>(map);
+  std::vector<int32_t> rlut(size_t(rows * n_sel));
+  ASSERT_EQ(kernels::sla_block_map_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), nullptr, rlut.data()),
+            Status::Ok);
+  const auto scores = ref_scores(in, pd);
+  int64_t differing_rows = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> s(scores.begin() + r * KB, scores.begin() + (r + 1) * KB), sorted = s;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double kth = sorted[size_t(n_sel - 1)], span = std::max(1e-30, sorted.front() - sorted.back());
+    std::vector<int32_t> g(glut.begin() + r * n_sel, glut.begin() + (r + 1) * n_sel);
+    std::vector<int32_t> ref(rlut.begin() + r * n_sel, rlut.begin() + (r + 1) * n_sel);
+    int64_t ones = 0;
+    for (int64_t j = 0; j < KB; ++j) {
+      ASSERT_TRUE(gmap[size_t(r * KB + j)] <= 1) << "row " << r << " map " << int(gmap[size_t(r * KB + j)]);
+      ones += gmap[size_t(r * KB + j)];
+    }
+    EXPECT_EQ(ones, n_sel) << "row " << r;
+    for (int32_t j : g) {
+      ASSERT_TRUE(j >= 0 && j < KB) << "row " << r << " LUT entry " << j;
+      EXPECT_EQ(gmap[size_t(r * KB + j)], 1) << "row " << r << " block " << j << " in the LUT, not the map";
+      EXPECT_GE(s[size_t(j)], kth - 1e-4 * span) << "row " << r << " block " << j << " is not a near-tie";
+    }
+    std::sort(g.begin(), g.end());
+    EXPECT_TRUE(std::adjacent_find(g.begin(), g.end()) == g.end()) << "row " << r << " repeats a block";
+    std::sort(ref.begin(), ref.end());
+    differing_rows += g != ref;
+  }
+  EXPECT_LE(differing_rows, std::max<int64_t>(1, rows / 100)) << "of " << rows << " rows";
+}
+
+TEST(SlaGpu, BlockSelectionMatchesTheReferenceUpToTies) {
+  TD_REQUIRE_GPU();
+  check_selection({1, 1000, 3, 128, 128, 64, 0.1, false});
+  check_selection({2, 1537, 2, 64, 128, 64, 0.2, true});
+  check_selection({1, 777, 2, 128, 64, 128, 0.15, false});  // sagesla's sm90 blocks
+  check_selection({1, 203, 3, 48, 32, 16, 0.3, true});      // any head_dim
+  check_selection({1, 5, 2, 64, 128, 64, 0.05, false});     // one block each way
+  check_selection({1, 32760, 1, 128, 128, 64, 0.1, false}); // Wan 480p: 512 key blocks
+}
+
+// fp64 block-sparse attention with the LUT, [B, L, H, D] and LSE [B, H, L].
+void ref_sparse(const Inputs& in, const SlaProblem& p, const std::vector<int32_t>& lut, int64_t n_sel,
+                std::vector<double>& o, std::vector<double>& lse) {
+  const int64_t L = in.L, D = in.D, QB = p.query_blocks();
+  o.assign(size_t(in.B * L * in.H * D), 0.0);
+  lse.assign(size_t(in.B * in.H * L), 0.0);
+  for (int64_t b = 0; b < in.B; ++b)
+    for (int64_t h = 0; h < in.H; ++h)
+      for (int64_t t = 0; t < L; ++t) {
+        const int32_t* row = lut.data() + ((b * in.H + h) * QB + t / p.block_q) * n_sel;
+        std::vector<int64_t> keys;
+        for (int64_t e = 0; e < n_sel; ++e)
+          for (int64_t u = row[e] * p.block_k; u < std::min(L, (row[e] + 1) * p.block_k); ++u) keys.push_back(u);
+        std::vector<double> s(keys.size());
+        double mx = -INFINITY;
+        for (size_t n = 0; n < keys.size(); ++n) {
+          double d = 0;
+          for (int64_t c = 0; c < D; ++c) d += at(in.qh, b, t, h, c) * at(in.kh, b, keys[n], h, c);
+          s[n] = d * p.scale;
+          mx = std::max(mx, s[n]);
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        double* orow = o.data() + ((b * L + t) * in.H + h) * D;
+        for (size_t n = 0; n < keys.size(); ++n)
+          for (int64_t c = 0; c < D; ++c) orow[c] += s[n] / sum * at(in.vh, b, keys[n], h, c);
+        lse[size_t((b * in.H + h) * L + t)] = mx + std::log(sum);
+      }
+}
+
+std::vector<double> as_f64(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  std::vector<double> out(size_t(h.numel()));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = h.dtype() == DType::F32 ? double(h.data<float>()[i]) : double(bf16_to_f32(h.data<uint16_t>()[i]));
+  return out;
+}
+
+struct SparseCase {
+  int64_t B, L, H, D;
+  double topk;
+  bool bhld;
+};
+
+TEST(SlaGpu, SparseBranchMatchesFp64BlockSparseAttention) {
+  TD_REQUIRE_GPU();
+  for (const SparseCase& c : {SparseCase{1, 1000, 2, 128, 0.1, false}, SparseCase{2, 1537, 2, 64, 0.25, true},
+                              SparseCase{1, 77, 3, 128, 0.5, false}, SparseCase{1, 4000, 1, 128, 0.05, true}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " topk " << c.topk);
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk);
+    const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, c.topk);
+    const int64_t n_sel = kernels::sla_selected_blocks(c.topk, pd.key_blocks());
+    std::vector<int32_t> lut(size_t(c.B * c.H * pd.query_blocks() * n_sel));
+    ASSERT_EQ(kernels::sla_block_map_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), nullptr, lut.data()),
+              Status::Ok);
+    Tensor lut_d = Tensor::empty({int64_t(lut.size())}, DType::I32, Device::cuda(0));
+    cuda::memcpy_sync(lut_d.raw_data(), lut.data(), lut.size() * 4, true);
+    Tensor o = device_buffer({c.B, c.L, c.H, c.D}, DType::BF16), lse = device_buffer({c.B, c.H, c.L}, DType::F32);
+    ASSERT_EQ(kernels::sla_sparse_cuda(pd, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), lut_d.data<int32_t>(),
+                                       n_sel, o.raw_data(), lse.data<float>(), cuda::current_stream()),
+              Status::Ok)
+        << kernels::sla_last_error();
+    std::vector<double> ro, rl;
+    ref_sparse(in, pd, lut, n_sel, ro, rl);
+    TD_EXPECT_CLOSE(test::compare(as_f64(o), ro), kMaxRelL2, 0.9999);
+    const auto gl = as_f64(lse);
+    double worst = 0;
+    for (size_t i = 0; i < gl.size(); ++i) worst = std::max(worst, std::abs(gl[i] - rl[i]));
+    EXPECT_LE(worst, 2e-3) << "LSE";
+  }
+}
+
+TEST(SlaGpu, LinearBranchMatchesTheReferenceAndIsDeterministic) {
+  TD_REQUIRE_GPU();
+  struct C {
+    int64_t B, L, H, D;
+    SlaFeatureMap fm;
+    bool bhld;
+  };
+  for (const C& c : {C{1, 1000, 2, 128, SlaFeatureMap::Softmax, false}, C{2, 1537, 2, 64, SlaFeatureMap::Elu, true},
+                     C{1, 77, 3, 128, SlaFeatureMap::Relu, false}, C{1, 20000, 2, 128, SlaFeatureMap::Softmax, true},
+                     C{1, 5, 1, 64, SlaFeatureMap::Softmax, false}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " fm " << int(c.fm));
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 128, 64, c.fm);
+    const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, 0.1, 128, 64, c.fm);
+    std::vector<float> eye(size_t(c.D * c.D), 0.f);
+    for (int64_t i = 0; i < c.D; ++i) eye[size_t(i * c.D + i)] = 1.f;
+    const Tensor w = Tensor::from_f32({c.D, c.D}, eye).to(Device::cuda(0));
+    const Tensor bias = Tensor::zeros({c.D}, DType::F32, Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    test::poison(ws);
+    std::vector<Tensor> outs;
+    for (int run = 0; run < 2; ++run) {
+      Tensor o = Tensor::zeros({c.B, c.L, c.H, c.D}, DType::BF16, Device::cuda(0));
+      ASSERT_EQ(kernels::sla_linear_add_cuda(pd, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                             bias.raw_data(), kernels::ElemType::F32, o.raw_data(), ws.raw_data(),
+                                             ws_bytes, cuda::current_stream()),
+                Status::Ok)
+          << kernels::sla_last_error();
+      outs.push_back(o.to(Device::cpu()));
+    }
+    Tensor ref = Tensor::empty({c.B, c.L, c.H, c.D}, DType::F32);
+    ASSERT_EQ(kernels::sla_linear_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), in.vh.data<float>(),
+                                      ref.data<float>()),
+              Status::Ok);
+    TD_EXPECT_CLOSE(test::compare(outs[0], ref), kMaxRelL2, 0.9999);
+    EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[1].raw_data(), size_t(outs[0].numel()) * 2), 0)
+        << "two runs on the same input differ";
+  }
+}
+
+struct LayerCase {
+  int64_t B, L, H, D;
+  double topk;
+  bool bhld, with_proj, bf16_proj;
+  SlaFeatureMap fm;
+};
+
+void check_layer(const LayerCase& c, int64_t block_q, int64_t block_k, double max_rel_l2, double min_cos) {
+  SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " topk " << c.topk
+                                  << " blocks " << block_q << "x" << block_k << (c.bhld ? " BHLD" : " BLHD")
+                                  << (c.with_proj ? " proj_l" : " no proj_l") << " fm " << int(c.fm));
+  const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+  Tensor w, b, wd, bd;
+  if (c.with_proj) {
+    w = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f);
+    b = test::randn_tensor({c.D}, DType::F32, 0.1f);
+    if (c.bf16_proj) {  // the values bf16 holds, both sides
+      w = w.to(DType::BF16);
+      b = b.to(DType::BF16);
+    }
+    wd = w.to(Device::cuda(0));
+    bd = b.to(Device::cuda(0));
+    w = w.to(DType::F32);
+    b = b.to(DType::F32);
+  }
+  ops::SlaOptions so;
+  so.topk = c.topk;
+  so.block_q = block_q;
+  so.block_k = block_k;
+  so.feature_map = c.fm;
+  const Tensor ref = ops::sla(in.qh, in.kh, in.vh, w, b, so);
+  const Tensor got = ops::sla(in.qd, in.kd, in.vd, wd, bd, so);
+  ASSERT_EQ(got.dtype(), DType::BF16);
+  TD_EXPECT_CLOSE(test::compare(got, ref), max_rel_l2, min_cos);
+}
+
+TEST(SlaGpu, WholeLayerMatchesTheCpuLayer) {
+  TD_REQUIRE_GPU();
+  for (const LayerCase& c : {LayerCase{1, 1000, 2, 128, 0.1, false, true, false, SlaFeatureMap::Softmax},
+                             LayerCase{2, 1537, 2, 64, 0.2, true, true, true, SlaFeatureMap::Softmax},
+                             LayerCase{1, 777, 3, 128, 0.15, true, true, false, SlaFeatureMap::Elu},
+                             LayerCase{1, 300, 2, 128, 0.3, false, false, false, SlaFeatureMap::Softmax},
+                             LayerCase{1, 5, 2, 64, 0.05, false, true, false, SlaFeatureMap::Relu},     // < 1 block
+                             LayerCase{1, 70, 1, 128, 0.05, true, true, false, SlaFeatureMap::Softmax}})  // 1 of 2
+    check_layer(c, 128, 64, kMaxRelL2, 0.9999);
+}
+
+TEST(SlaGpu, DenseLimitEqualsExactAttention) {
+  TD_REQUIRE_GPU();
+  for (const auto& [L, D] : {std::pair<int64_t, int64_t>{1000, 128}, {333, 64}}) {
+    const Inputs in = make_inputs(1, L, 2, D, false);
+    ops::SlaOptions so;
+    so.topk = 1.0;
+    const Tensor got = ops::sla(in.qd, in.kd, in.vd, Tensor(), Tensor(), so);
+    TD_EXPECT_CLOSE(test::compare(got, ops::attention(in.qh, in.kh, in.vh)), kMaxRelL2, 0.9999);
+    TD_EXPECT_CLOSE(test::compare(got, ops::attention(in.qd, in.kd, in.vd)), kMaxRelL2, 0.9999);
+  }
+}
+
+TEST(SlaGpu, SageSlaRunsOrSaysWhatIsMissing) {
+  TD_REQUIRE_GPU();
+  ops::SlaOptions sage;
+  sage.block_q = 64;
+  sage.block_k = 128;
+  if (!ops::sla_cuda_available(sage)) {
+    const Inputs in = make_inputs(1, 300, 2, 128, false);
+    try {
+      (void)ops::sla(in.qd, in.kd, in.vd, Tensor(), Tensor(), sage);
+      ADD_FAILURE() << "sagesla ran without the sage kernel";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sage"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << "this build has no SageAttention-style kernel: sagesla refused with a clear error";
+  }
+  // Bar (issue 6): sagesla cosine >= 0.999.
+  check_layer({1, 1000, 2, 128, 0.1, false, true, false, SlaFeatureMap::Softmax}, 64, 128, 5e-2, 0.999);
+  check_layer({1, 1537, 2, 128, 0.2, true, true, false, SlaFeatureMap::Softmax}, 64, 128, 5e-2, 0.999);
+  check_layer({1, 1000, 2, 64, 0.1, false, false, false, SlaFeatureMap::Softmax}, 128, 64, 5e-2, 0.999);
+}
+
+TEST(SlaGpu, RefusesWhatItCannotRun) {
+  TD_REQUIRE_GPU();
+  const Inputs in = make_inputs(1, 100, 2, 48, false);  // the tiny DiT fixture's head_dim
+  ops::SlaOptions so;
+  try {
+    (void)ops::sla(in.qd, in.kd, in.vd, Tensor(), Tensor(), so);
+    ADD_FAILURE() << "head_dim 48 ran on the sla CUDA kernels";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace td
