@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "ops/sla.h"
 #include "io/safetensors.h"
+#include "models/wan/wan_attention.h"
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_loader.h"
 
@@ -27,6 +28,8 @@ struct DitOptions {
   std::string attention = "original";
   double sla_topk = 0.1;  // TurboDiffusion's --sla_topk default
   bool quant_linear = false;
+  bool default_norm = false;       // plain unfused norms instead of the FastNorm kernels
+  bool allow_zero_proj_l = false;  // --attention auto may take sla/sagesla on a checkpoint without proj_l
   std::string int8_variant;  // "" = nn::kDefaultInt8LinearVariant
   int repeat = 1;  // forwards to time (the output is the last one's)
 };
@@ -40,9 +43,12 @@ int run_dit(const DitOptions& o) {
                                               : nn::parse_int8_linear_variant(o.int8_variant);
   if (!variant)
     fail(ErrorKind::Usage, "--int8-variant ", o.int8_variant, ": expected token128, block128 or post-scale");
-  if (o.attention == "auto") log_warn("--attention auto: using original (sla and sagesla run only on the CPU so far)");
-  const std::string attention_name = o.attention == "auto" ? std::string("original") : o.attention;
-  const nn::AttentionKind attention = *nn::parse_attention_kind(attention_name);
+  if (o.allow_zero_proj_l && o.attention != "auto")
+    fail(ErrorKind::Usage, "--allow-zero-proj-l only applies with --attention auto (an explicit sla / sagesla "
+                           "already runs a checkpoint without proj_l with proj_l = 0)");
+  // auto is resolved once the checkpoint is loaded (whether it has proj_l decides); until then: original.
+  std::string attention_name = o.attention == "auto" ? std::string("original") : o.attention;
+  nn::AttentionKind attention = *nn::parse_attention_kind(attention_name);
 
   const bool gpu = cuda::device_count() > 0;
   const std::string device_name = o.device == "auto" ? (gpu ? "cuda" : "cpu") : o.device;
@@ -94,10 +100,16 @@ int run_dit(const DitOptions& o) {
                            " INT8 from the checkpoint, ", ck.int8_quantized_at_load, " quantized at load)")
       : ck.int8_dequantized ? std::string("dequantized at load")
                             : std::string("none");
+  if (o.attention == "auto") {
+    const auto choice = models::wan::choose_attention("auto", device, ck.has_proj_l, o.allow_zero_proj_l);
+    attention = choice.kind;
+    attention_name = nn::attention_kind_name(choice.kind);
+    std::fprintf(stderr, "%s\n", choice.reason.c_str());
+  }
   if (attention != nn::AttentionKind::Original && !ck.has_proj_l)
     log_info("--attention ", attention_name, ": the checkpoint has no SLA proj_l; running with proj_l = 0 (the "
              "zero initialisation of an untrained TurboDiffusion SLA layer)");
-  const models::wan::WanDiT model(std::move(ck), attention, o.sla_topk);
+  const models::wan::WanDiT model(std::move(ck), attention, o.sla_topk, o.default_norm);
   try {
     model.check_inputs(inputs["latent"], inputs["timestep"], inputs["context"]);
   } catch (const Error& e) {
@@ -121,7 +133,8 @@ int run_dit(const DitOptions& o) {
       {"dtype", dtype_name(dtype)},
       {"attention", attention == nn::AttentionKind::Original ? attention_name
                                                              : cat(attention_name, " topk ", o.sla_topk)},
-      {"int8_weights", int8_weights}};
+      {"int8_weights", int8_weights},
+      {"norms", o.default_norm ? "default (unfused)" : "fused (FastNorm)"}};
   io::write_safetensors(o.out, {{"velocity", velocity}}, meta);
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
   std::string timing = cat("forward ", times.front(), " s");
@@ -163,13 +176,21 @@ void register_dit(CLI::App& app, Commands& cmds) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   sub->add_option("--attention", o->attention,
                   "original (exact), sla or sagesla (CPU: the fp32 SLA reference; CUDA: GPU kernels, blocks 128x64 for "
-                  "sla and 64x128 for sagesla, no quantization), auto (= original)")
+                  "sla and 64x128 for sagesla, no quantization), auto (the fastest path that runs here and keeps "
+                  "the checkpoint's model: sagesla, then sla, when the checkpoint has SLA proj_l; else original; "
+                  "it says which it took)")
       ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
   sub->add_option("--sla-topk", o->sla_topk, "sla / sagesla: fraction of key blocks kept per query block (default 0.1)")
       ->check(CLI::Range(1e-6, 1.0));
   sub->add_flag("--quant-linear", o->quant_linear,
                 "W8A8 INT8 block linears (q, k, v, o, ffn): TurboDiffusion INT8 weights as they are, float weights "
                 "quantized at load");
+  sub->add_flag("--default-norm", o->default_norm,
+                "plain unfused norms (LayerNorm, then a separate modulation and residual add; RMSNorm, then a "
+                "separate RoPE) instead of the fused FastNorm kernels");
+  sub->add_flag("--allow-zero-proj-l", o->allow_zero_proj_l,
+                "with --attention auto: accept sla/sagesla on a checkpoint without SLA proj_l (runs proj_l = 0, a "
+                "sparse approximation of the dense model)");
   sub->add_option("--int8-variant", o->int8_variant,
                   "with --quant-linear: token128 (default; 128x128 weight blocks, 1x128 activation groups), block128 "
                   "(TurboDiffusion parity) or post-scale (per-channel x per-token; fastest, less accurate)")

@@ -19,5 +19,6 @@ void register_vae(CLI::App& app, Commands& cmds);
 void register_quantize(CLI::App& app, Commands& cmds);
 void register_encode_text(CLI::App& app, Commands& cmds);
 void register_generate(CLI::App& app, Commands& cmds);
+void register_bench(CLI::App& app, Commands& cmds);
 
 }  // namespace td::app

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   td::app::register_quantize(app, cmds);
   td::app::register_encode_text(app, cmds);
   td::app::register_generate(app, cmds);
+  td::app::register_bench(app, cmds);
 
   try {
     app.parse(argc, argv);

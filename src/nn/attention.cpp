@@ -1,6 +1,8 @@
 #include "nn/attention.h"
 
+#include "core/profile.h"
 #include "ops/attention.h"
+#include "ops/layout.h"
 #include "ops/norm.h"
 #include "ops/sla.h"
 
@@ -35,13 +37,30 @@ std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
 Tensor SelfAttention::operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const {
   TD_CHECK(x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", x.desc());
   const Tensor qp = q(x), kp = k(x), vp = v(x);
-  const ops::QK qk = ops::qk_norm_rope(qp, kp, norm_q, norm_k, rope_tables, grid, heads, eps);
-  if (kind == AttentionKind::Original) return o(merge_heads(ops::attention(qk.q, qk.k, split_heads(vp, heads))));
+  const bool cuda = x.device().is_cuda();
+  const ops::QK qk = [&] {
+    const prof::Scope scope(prof::OpClass::Norm, cuda);
+    if (fused_norm_rope) return ops::qk_norm_rope(qp, kp, norm_q, norm_k, rope_tables, grid, heads, eps);
+    return ops::QK{ops::rope_apply(ops::rms_norm(qp, norm_q, eps), rope_tables, grid, heads),
+                   ops::rope_apply(ops::rms_norm(kp, norm_k, eps), rope_tables, grid, heads)};
+  }();
+  if (kind == AttentionKind::Original) {
+    Tensor a;
+    {
+      const prof::Scope scope(prof::OpClass::Attention, cuda);
+      a = ops::attention(qk.q, qk.k, split_heads(vp, heads));
+    }
+    return o(merge_heads(a));
+  }
   ops::SlaOptions so;
   so.topk = sla_topk;
   so.block_q = kind == AttentionKind::SageSLA ? 64 : 128;
   so.block_k = kind == AttentionKind::SageSLA ? 128 : 64;
-  const Tensor a = ops::sla(qk.q, qk.k, split_heads(vp, heads), proj_l_weight, proj_l_bias, so);
+  Tensor a;
+  {
+    const prof::Scope scope(prof::OpClass::Attention, cuda);
+    a = ops::sla(qk.q, qk.k, split_heads(vp, heads), proj_l_weight, proj_l_bias, so);
+  }
   return o(merge_heads(a));
 }
 
@@ -49,10 +68,18 @@ Tensor CrossAttention::operator()(const Tensor& x, const Tensor& context) const 
   TD_CHECK(x.dim() == 3 && context.dim() == 3 && context.size(0) == x.size(0), Shape,
            "cross-attention: x [B, L, dim] and context [B, Lc, dim] expected, got ", x.desc(), " and ",
            context.desc());
-  const Tensor qn = ops::rms_norm(q(x), norm_q, eps);
-  const Tensor kn = ops::rms_norm(k(context), norm_k, eps);
-  const Tensor vp = v(context);
-  const Tensor a = ops::attention(split_heads(qn, heads), split_heads(kn, heads), split_heads(vp, heads));
+  const bool cuda = x.device().is_cuda();
+  const Tensor qp = q(x), kp = k(context), vp = v(context);
+  Tensor qn, kn, a;
+  {
+    const prof::Scope scope(prof::OpClass::Norm, cuda);
+    qn = ops::rms_norm(qp, norm_q, eps);
+    kn = ops::rms_norm(kp, norm_k, eps);
+  }
+  {
+    const prof::Scope scope(prof::OpClass::Attention, cuda);
+    a = ops::attention(split_heads(qn, heads), split_heads(kn, heads), split_heads(vp, heads));
+  }
   return o(merge_heads(a));
 }
 

@@ -36,6 +36,10 @@ struct SelfAttention {
   // INT8 Q/K and FP8 V quantization is a detail of its GPU kernel, not modelled.
   // An undefined proj_l runs as proj_l = 0, as TurboDiffusion zero-initialises it.
   double sla_topk = 0.1;
+  // false (`--default-norm`): plain RMSNorm of q and k, then RoPE as a separate
+  // op (ops::rope_apply), as the original Wan code computes them; true: the
+  // fused FastNorm kernel (ops::qk_norm_rope). Same math, one rounding less.
+  bool fused_norm_rope = true;
 
   // x: [B, L, dim] with L = grid.tokens(); rope_tables: ops::rope_tables(head_dim,
   // grid, x's device). Returns [B, L, dim] in x's dtype.

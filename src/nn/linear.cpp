@@ -1,5 +1,6 @@
 #include "nn/linear.h"
 
+#include "core/profile.h"
 #include "nn/int8_linear.h"
 #include "ops/linear.h"
 
@@ -21,6 +22,7 @@ int64_t Linear::out_features() const { return int8_ ? int8_->out_features() : we
 
 Tensor Linear::operator()(const Tensor& x, std::optional<DType> out_dtype) const {
   TD_CHECK(defined(), Internal, "nn::Linear called before its weight was set");
+  const prof::Scope scope(prof::OpClass::Gemm, x.device().is_cuda());
   if (int8_) return (*int8_)(x, out_dtype);
   return ops::linear(x, weight_, bias_, out_dtype);
 }

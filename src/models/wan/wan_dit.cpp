@@ -1,9 +1,14 @@
 #include "models/wan/wan_dit.h"
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "core/profile.h"
 #include "core/thread_pool.h"
 #include "ops/elementwise.h"
+#include "ops/layout.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/sla.h"
@@ -55,49 +60,16 @@ bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DTyp
 Tensor wan_patchify(const Tensor& latent, int64_t pt, int64_t ph, int64_t pw) {
   TD_CHECK(latent.device().is_cpu() && latent.dtype() == DType::F32 && latent.dim() == 5 && latent.is_contiguous(),
            Internal, "wan_patchify takes a contiguous host f32 [B, C, T, H, W], got ", latent.desc());
-  const int64_t B = latent.size(0), C = latent.size(1), T = latent.size(2), H = latent.size(3), W = latent.size(4);
-  const int64_t Tp = T / pt, Hp = H / ph, Wp = W / pw, L = Tp * Hp * Wp, F = C * pt * ph * pw;
-  Tensor out = Tensor::empty({B, L, F}, DType::F32);
-  const float* src = latent.data<float>();
-  float* dst = out.data<float>();
-  td::parallel_for(B * L, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / L, l = r % L, f = l / (Hp * Wp), h = (l / Wp) % Hp, w = l % Wp;
-      float* row = dst + r * F;
-      int64_t i = 0;
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t kt = 0; kt < pt; ++kt)
-          for (int64_t kh = 0; kh < ph; ++kh)
-            for (int64_t kw = 0; kw < pw; ++kw)
-              row[i++] = src[(((b * C + c) * T + f * pt + kt) * H + h * ph + kh) * W + w * pw + kw];
-    }
-  });
-  return out;
+  return ops::patchify(latent, pt, ph, pw, DType::F32);
 }
 
 Tensor wan_unpatchify(const Tensor& tokens, int64_t T, int64_t H, int64_t W, int64_t pt, int64_t ph, int64_t pw) {
   TD_CHECK(tokens.device().is_cpu() && tokens.dtype() == DType::F32 && tokens.dim() == 3 && tokens.is_contiguous(),
            Internal, "wan_unpatchify takes contiguous host f32 [B, L, features], got ", tokens.desc());
-  const int64_t B = tokens.size(0), L = tokens.size(1), F = tokens.size(2);
-  const int64_t Tp = T / pt, Hp = H / ph, Wp = W / pw, C = F / (pt * ph * pw);
-  TD_CHECK(L == Tp * Hp * Wp && F == C * pt * ph * pw, Internal, "wan_unpatchify: ", tokens.desc(),
-           " does not fit a ", T, "x", H, "x", W, " latent");
-  Tensor out = Tensor::empty({B, C, T, H, W}, DType::F32);
-  const float* src = tokens.data<float>();
-  float* dst = out.data<float>();
-  td::parallel_for(B * L, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / L, l = r % L, f = l / (Hp * Wp), h = (l / Wp) % Hp, w = l % Wp;
-      const float* row = src + r * F;
-      int64_t i = 0;
-      for (int64_t kt = 0; kt < pt; ++kt)
-        for (int64_t kh = 0; kh < ph; ++kh)
-          for (int64_t kw = 0; kw < pw; ++kw)
-            for (int64_t c = 0; c < C; ++c)
-              dst[(((b * C + c) * T + f * pt + kt) * H + h * ph + kh) * W + w * pw + kw] = row[i++];
-    }
-  });
-  return out;
+  TD_CHECK(pt > 0 && ph > 0 && pw > 0 && tokens.size(2) % (pt * ph * pw) == 0 &&
+               tokens.size(1) == (T / pt) * (H / ph) * (W / pw),
+           Internal, "wan_unpatchify: ", tokens.desc(), " does not fit a ", T, "x", H, "x", W, " latent");
+  return ops::unpatchify(tokens, T, H, W, pt, ph, pw);
 }
 
 Tensor wan_time_sinusoid(const Tensor& timestep, int64_t dim) {
@@ -116,8 +88,25 @@ Tensor wan_time_sinusoid(const Tensor& timestep, int64_t dim) {
   return out;
 }
 
-WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention, double sla_topk)
-    : config_(ck.config), attention_(attention), has_proj_l_(ck.has_proj_l), int8_variant_(ck.int8_variant) {
+struct WanDiT::RopeCache {
+  std::mutex mutex;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Tensor> tables;
+};
+
+Tensor WanDiT::rope_tables_for(const ops::PatchGrid& g) const {
+  std::lock_guard<std::mutex> lock(rope_cache_->mutex);
+  auto& slot = rope_cache_->tables[{g.frames, g.height, g.width}];
+  if (!slot.defined()) slot = ops::rope_tables(config_.head_dim(), g, device_, config_.rope_theta);
+  return slot;
+}
+
+WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention, double sla_topk, bool default_norm)
+    : config_(ck.config),
+      attention_(attention),
+      has_proj_l_(ck.has_proj_l),
+      int8_variant_(ck.int8_variant),
+      default_norm_(default_norm),
+      rope_cache_(std::make_shared<RopeCache>()) {
   auto& ts = ck.tensors;
   device_ = ts.at("patch_embedding.weight").device();
   if (attention != nn::AttentionKind::Original) {
@@ -143,6 +132,10 @@ WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention, double sla_topk)
   head_ = take_linear(ts, "head.head");
   head_modulation_ = take(ts, "head.modulation").view({2, config_.dim});
   zeros_ = Tensor::zeros({config_.dim}, DType::F32, device_);
+  {
+    Tensor ones = Tensor::from_f32({config_.dim}, std::vector<float>(size_t(config_.dim), 1.f));
+    ones_ = device_.is_cpu() ? ones : ones.to(device_);
+  }
   const float eps = config_.eps;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string b = cat("blocks.", i, ".");
@@ -163,6 +156,7 @@ WanDiT::WanDiT(WanCheckpoint ck, nn::AttentionKind attention, double sla_topk)
     sa.eps = eps;
     sa.kind = attention;
     sa.sla_topk = sla_topk;
+    sa.fused_norm_rope = !default_norm;
     blk.norm3 = {take(ts, b + "norm3.weight"), take(ts, b + "norm3.bias"), eps};
     auto& ca = blk.cross_attn;
     ca.q = take_block_linear(ck, b + "cross_attn.q");
@@ -212,10 +206,15 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
   const int64_t B = latent.size(0), T = latent.size(2), H = latent.size(3), W = latent.size(4), D = c.dim;
   const ops::PatchGrid grid{T / c.patch_t, H / c.patch_h, W / c.patch_w};
   const float eps = c.eps;
+  const bool cuda = device_.is_cuda();
 
-  // Patch embedding straight into the fp32 residual stream.
-  const Tensor features = wan_patchify(host_f32(latent), c.patch_t, c.patch_h, c.patch_w);
-  Tensor x = patch_embedding_(to_run(features, dtype_, device_), DType::F32);  // [B, L, D]
+  // Patchify on the model's device (the latent is moved there as f32 first when
+  // it is not already), straight into the run dtype; patch embedding into the
+  // fp32 residual stream.
+  const Tensor lat = latent.device() == device_ && latent.dtype() == DType::F32
+                         ? latent
+                         : to_run(host_f32(latent), DType::F32, device_);
+  Tensor x = patch_embedding_(ops::patchify(lat, c.patch_t, c.patch_h, c.patch_w, dtype_), DType::F32);  // [B, L, D]
 
   // Time embedding and the per-sample modulation source, all fp32.
   const Tensor sinusoid = to_run(wan_time_sinusoid(timestep, c.freq_dim), DType::F32, device_);
@@ -223,17 +222,65 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
   const Tensor e0 = time_projection_(ops::silu(e));                             // [B, 6D]
 
   // Text embedding of the context as given (zero pad rows included).
-  const Tensor ctx_in = to_run(host_f32(context), dtype_, device_);
+  const Tensor ctx_in = context.device() == device_ && context.dtype() == dtype_
+                            ? context
+                            : to_run(host_f32(context), dtype_, device_);
   const Tensor ctx = text_embedding_2_(ops::gelu_tanh(text_embedding_0_(ctx_in)));  // [B, Lc, D]
 
-  const Tensor rope = ops::rope_tables(c.head_dim(), grid, device_, c.rope_theta);
+  const Tensor rope = rope_tables_for(grid);
   const Tensor head_shift = ops::add(e, head_modulation_.select(0, 0));
   const Tensor head_scale = ops::add(e, head_modulation_.select(0, 1));
   // Rows of [B, 6, D]: 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_ffn, 4 scale_ffn, 5 gate_ffn.
   const auto modulation = [&](const WanBlock& blk) { return ops::add(e0, blk.modulation).view({B, 6, D}); };
 
+  if (default_norm_) {
+    // The unfused path: every norm, modulation and residual add its own op.
+    // LN(x) * (1 + scale) + shift in fp32, then rounded to out.
+    const auto modulated_ln = [&](const Tensor& xs, const Tensor& scale, const Tensor& shift, DType out) {
+      const Tensor n = ops::layer_norm(xs, Tensor(), Tensor(), eps, DType::F32);
+      const Tensor m = ops::mul(n, ops::add(scale, ones_), DType::F32);
+      return ops::add(m, shift, out);
+    };
+    // x += gate * y (gate undefined: x += y), in fp32.
+    const auto residual = [&](Tensor& xs, const Tensor& y, const Tensor& gate) {
+      ops::add_(xs, gate.defined() ? ops::mul(y, gate, DType::F32) : ops::add(y, zeros_, DType::F32));
+    };
+    Tensor h;
+    for (const WanBlock& blk : blocks_) {
+      const Tensor mod = modulation(blk);
+      {
+        const prof::Scope scope(prof::OpClass::Norm, cuda);
+        h = modulated_ln(x, mod.select(1, 1), mod.select(1, 0), dtype_);
+      }
+      Tensor y = blk.self_attn(h, grid, rope);
+      {
+        const prof::Scope scope(prof::OpClass::Norm, cuda);
+        residual(x, y, mod.select(1, 2));
+        h = ops::layer_norm(x, blk.norm3.weight, blk.norm3.bias, eps, dtype_);
+      }
+      y = blk.cross_attn(h, ctx);
+      {
+        const prof::Scope scope(prof::OpClass::Norm, cuda);
+        residual(x, y, Tensor());
+        h = modulated_ln(x, mod.select(1, 4), mod.select(1, 3), dtype_);
+      }
+      y = blk.ffn(h);
+      const prof::Scope scope(prof::OpClass::Norm, cuda);
+      residual(x, y, mod.select(1, 5));
+    }
+    {
+      const prof::Scope scope(prof::OpClass::Norm, cuda);
+      h = modulated_ln(x, head_scale, head_shift, DType::F32);
+    }
+    return ops::unpatchify(head_(h, DType::F32), T, H, W, c.patch_t, c.patch_h, c.patch_w);
+  }
+
   Tensor mod = modulation(blocks_.front());
-  Tensor h = ops::adaln_modulate(x, mod.select(1, 1), mod.select(1, 0), eps, dtype_);
+  Tensor h;
+  {
+    const prof::Scope scope(prof::OpClass::Norm, cuda);
+    h = ops::adaln_modulate(x, mod.select(1, 1), mod.select(1, 0), eps, dtype_);
+  }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const WanBlock& blk = blocks_[i];
     Tensor y = blk.self_attn(h, grid, rope);
@@ -243,7 +290,10 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
     a.gate = mod.select(1, 2);
     a.weight = blk.norm3.weight;
     a.bias = blk.norm3.bias;
-    h = ops::residual_gate_norm(x, y, a);  // x += gate_msa * y; h = LN3(x)
+    {
+      const prof::Scope scope(prof::OpClass::Norm, cuda);
+      h = ops::residual_gate_norm(x, y, a);  // x += gate_msa * y; h = LN3(x)
+    }
 
     y = blk.cross_attn(h, ctx);
     a = {};
@@ -251,7 +301,10 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
     a.out_dtype = dtype_;
     a.shift = mod.select(1, 3);
     a.scale = mod.select(1, 4);
-    h = ops::residual_gate_norm(x, y, a);  // x += y; h = LN2(x) * (1 + scale_ffn) + shift_ffn
+    {
+      const prof::Scope scope(prof::OpClass::Norm, cuda);
+      h = ops::residual_gate_norm(x, y, a);  // x += y; h = LN2(x) * (1 + scale_ffn) + shift_ffn
+    }
 
     y = blk.ffn(h);
     a = {};
@@ -262,6 +315,7 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
       a.shift = next.select(1, 0);
       a.scale = next.select(1, 1);
       a.out_dtype = dtype_;
+      const prof::Scope scope(prof::OpClass::Norm, cuda);
       h = ops::residual_gate_norm(x, y, a);  // x += gate_ffn * y; h = next block's LN1 modulated
       mod = next;
     } else {
@@ -271,13 +325,12 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
       a.shift = head_shift;
       a.scale = head_scale;
       a.out_dtype = DType::F32;
+      const prof::Scope scope(prof::OpClass::Norm, cuda);
       h = ops::residual_gate_norm(x, y, a);  // x += gate_ffn * y; h = the head's modulated LN, fp32
     }
   }
-  const Tensor out = head_(h, DType::F32);  // [B, L, out_dim * patch volume]
-  const Tensor host = out.device().is_cpu() ? out : out.to(Device::cpu());
-  const Tensor velocity = wan_unpatchify(host, T, H, W, c.patch_t, c.patch_h, c.patch_w);
-  return device_.is_cpu() ? velocity : velocity.to(device_);
+  // The head, then unpatchify on the device: [B, L, out_dim * patch volume] -> [B, out_dim, T, H, W].
+  return ops::unpatchify(head_(h, DType::F32), T, H, W, c.patch_t, c.patch_h, c.patch_w);
 }
 
 }  // namespace td::models::wan

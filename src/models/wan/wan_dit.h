@@ -21,6 +21,7 @@
 // (ops::residual_gate_norm).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -48,8 +49,15 @@ class WanDiT {
   // key blocks kept) run the SLA reference on the host (nn::SelfAttention) and
   // are an Unsupported error on CUDA (issue 6). A checkpoint without proj_l
   // runs SLA with proj_l = 0 (TurboDiffusion's zero initialisation).
+  //
+  // default_norm (`--default-norm`): the unfused norms, composed from plain
+  // ops as the original Wan code computes them: LayerNorm, then the AdaLN
+  // modulation (x * (1 + scale) + shift) as separate elementwise ops, the gated
+  // residual add as its own op, and RMSNorm of q/k followed by a separate RoPE.
+  // Otherwise the fused FastNorm kernels (residual_gate_norm, adaln_modulate,
+  // qk_norm_rope). Same math; the fused path rounds less often.
   explicit WanDiT(WanCheckpoint checkpoint, nn::AttentionKind attention = nn::AttentionKind::Original,
-                  double sla_topk = 0.1);
+                  double sla_topk = 0.1, bool default_norm = false);
 
   // latent [B, in_dim, T, H, W] (T, H, W multiples of the patch size), timestep
   // [B] (one per sample, in [0, 1000]), context [B, Lc, text_dim]; any float
@@ -65,6 +73,7 @@ class WanDiT {
   DType dtype() const { return dtype_; }  // the run dtype of the matmuls
   nn::AttentionKind attention() const { return attention_; }
   bool has_proj_l() const { return has_proj_l_; }
+  bool default_norm() const { return default_norm_; }
   // Set when the block linears run as W8A8 INT8 (WanLoadOptions::int8_variant).
   std::optional<nn::Int8LinearVariant> int8_variant() const { return int8_variant_; }
 
@@ -79,7 +88,14 @@ class WanDiT {
       time_projection_, head_;
   Tensor head_modulation_;  // f32 [2, dim]: shift, scale
   Tensor zeros_;            // f32 [dim] of zeros (a strided-to-dense copy through ops::add)
+  Tensor ones_;             // f32 [dim] of ones (1 + scale on the default-norm path)
+  bool default_norm_ = false;
   std::vector<WanBlock> blocks_;
+  // RoPE tables per patch grid (built once per grid on the host in fp64, then
+  // kept on the device): a sampler calls forward() with the same grid every step.
+  struct RopeCache;
+  std::shared_ptr<RopeCache> rope_cache_;
+  Tensor rope_tables_for(const ops::PatchGrid& grid) const;
 };
 
 // Host helpers of the forward, exposed for tests.
