@@ -36,7 +36,10 @@ void check_vec(const char* op, const char* what, const Tensor& v, int64_t n, con
 
 const float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
-[[noreturn]] void no_cuda(const char* op, const Tensor& t) {
+void copy2d(const char* op, const Device& d, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+            size_t row_bytes, size_t rows);
+
+[[noreturn, maybe_unused]] void no_cuda(const char* op, const Tensor& t) {
   fail(ErrorKind::Unsupported, op, ": ", t.desc(), " is a CUDA tensor in a build without CUDA");
 }
 
@@ -115,6 +118,31 @@ Tensor conv3d_cl(const Tensor& x, const Tensor& weight, const Tensor& bias, cons
       add_(y, bias);
       return y;
     }
+  }
+  if (s == kernels::Status::Unsupported && (p.cin % 8 != 0 || p.cout % 8 != 0)) {
+    // cuDNN's channels-last engines may want channel counts in multiples of 8
+    // (the VAE's 3-channel stem and head): pad both with zeros and crop.
+    log_once(LogLevel::Info, cat("conv3d_cl-padded:", ctx),
+             cat(op, ": cuDNN refused ", ctx, " (", kernels::conv_cudnn_last_error(),
+                 "); running it with channels zero-padded to multiples of 8"));
+    const int64_t ci8 = (p.cin + 7) / 8 * 8, co8 = (p.cout + 7) / 8 * 8;
+    const size_t es = dtype_size(x.dtype());
+    Tensor xp = Tensor::zeros({p.n, p.t, p.h, p.w, ci8}, x.dtype(), x.device());
+    copy2d(op, x.device(), xp.raw_data(), size_t(ci8) * es, x.raw_data(), size_t(p.cin) * es, size_t(p.cin) * es,
+           size_t(x.numel() / p.cin));
+    Tensor wp = Tensor::zeros({co8, p.kt, p.kh, p.kw, ci8}, x.dtype(), x.device());
+    copy2d(op, x.device(), wp.raw_data(), size_t(ci8) * es, weight.raw_data(), size_t(p.cin) * es,
+           size_t(p.cin) * es, size_t(weight.numel() / p.cin));
+    Tensor bp;
+    if (bias.defined()) {
+      bp = Tensor::zeros({co8}, DType::F32, x.device());
+      copy2d(op, x.device(), bp.raw_data(), size_t(co8) * 4, bias.raw_data(), size_t(p.cout) * 4,
+             size_t(p.cout) * 4, 1);
+    }
+    const Tensor yp = conv3d_cl(xp, wp, bp, o);
+    copy2d(op, x.device(), y.raw_data(), size_t(p.cout) * es, yp.raw_data(), size_t(co8) * es, size_t(p.cout) * es,
+           size_t(y.numel() / p.cout));
+    return y;
   }
   check_status(s, op, cat(ctx, ": ", kernels::conv_cudnn_last_error()));
   return y;
