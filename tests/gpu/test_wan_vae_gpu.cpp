@@ -11,8 +11,13 @@
 // So the single ops: rel L2 <= 8e-3, cosine >= 0.9999 in BF16; in F32 the
 // elementwise kernels <= 1e-5 and the convolution <= 5e-3 (cuDNN may run F32
 // convolutions as TF32 on tensor cores, 10-bit mantissa). The whole VAE in
-// BF16 chains ~40 convolutions, each re-rounding its activations: rel L2 <=
-// 3e-2 and cosine >= 0.999 against the fp32 CPU path (F32 on CUDA: <= 1e-2).
+// BF16 chains ~40 convolutions, each re-rounding its activations, and the
+// tiny random fixture model amplifies that: diffusers' own AutoencoderKLWan
+// in BF16 (CPU, torch 2.11) decodes fixtures/vae/decode_io at rel L2 0.047,
+// cosine 0.99889 against the fp64 reference (encode: 0.0042). The bar is
+// "no worse than diffusers' BF16": rel L2 <= 5e-2, cosine >= 0.998 (measured
+// on the H200: decode 0.038 / 0.99928, tiled decode 0.033 / 0.99944, encode
+// 0.0028). F32 on CUDA: <= 1e-2 (measured 3.4e-3 decode, 2.2e-4 encode).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,7 +162,7 @@ TEST(WanVaeGpu, DecodeAndEncodeMatchCpu) {
   const Tensor lref = vae.encode(enc["video"]);
   for (const DType dt : {DType::BF16, DType::F32}) {
     SCOPED_TRACE(dtype_name(dt));
-    const double tol = dt == DType::BF16 ? 3e-2 : 1e-2, cos = dt == DType::BF16 ? 0.999 : 0.9999;
+    const double tol = dt == DType::BF16 ? 5e-2 : 1e-2, cos = dt == DType::BF16 ? 0.998 : 0.9999;
     const Tensor video = vae.decode(dec["latent"], cuda_opts(dt));
     ASSERT_EQ(video.shape(), vref.shape());
     ASSERT_TRUE(video.device().is_cpu());
@@ -181,8 +186,8 @@ TEST(WanVaeGpu, DecodeAndEncodeMatchCpu) {
   o.tiling.stride_height = o.tiling.stride_width = 16;
   const test::Accuracy at = test::compare(vae.decode(io["latent"], o), io["video_tiled"]);
   std::printf("[ vae tiled decode bf16 vs diffusers ] %s\n", at.str().c_str());
-  TD_EXPECT_CLOSE(at, 3e-2, 0.999);
-  TD_EXPECT_CLOSE(test::compare(vae.encode(io["video"], o), io["latent_tiled"]), 3e-2, 0.999);
+  TD_EXPECT_CLOSE(at, 5e-2, 0.998);
+  TD_EXPECT_CLOSE(test::compare(vae.encode(io["video"], o), io["latent_tiled"]), 5e-2, 0.998);
 }
 
 TEST(WanVaeGpu, CliDecodeOnCuda) {
@@ -197,7 +202,7 @@ TEST(WanVaeGpu, CliDecodeOnCuda) {
   EXPECT_NE(r.out.find("peak GPU memory"), std::string::npos) << r.out;
   const auto v = io::read_safetensors(dir + "/v.safetensors");
   ASSERT_NE(v.find("video"), nullptr);
-  TD_EXPECT_CLOSE(test::compare(*v.find("video"), dec["video"]), 3e-2, 0.999);
+  TD_EXPECT_CLOSE(test::compare(*v.find("video"), dec["video"]), 5e-2, 0.998);
 }
 
 }  // namespace
