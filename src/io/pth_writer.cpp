@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -106,6 +107,9 @@ const char* storage_class(DType t) {
 // ---- the output file ----------------------------------------------------------
 
 constexpr uint32_t kMax32 = 0xFFFFFFFFu;
+// Sizes and offsets at or above this are written with ZIP64 records: 2^32 - 1,
+// except in tests (detail::set_pth_zip64_threshold_for_tests).
+uint64_t g_zip64_threshold = kMax32;
 constexpr uint64_t kAlign = 64;  // torch aligns storages to 64 bytes (mmap-friendly)
 
 struct Entry {
@@ -121,7 +125,7 @@ class ZipOut {
 
   void add(const std::string& name, const uint8_t* data, uint64_t size) {
     Entry e{name, f_.pos(), size, crc32(data, size_t(size))};
-    const bool zip64 = size >= kMax32;
+    const bool zip64 = size >= g_zip64_threshold;
     Bytes h;
     h.u32(0x04034b50);
     h.u16(zip64 ? 45 : 20);  // version needed
@@ -157,7 +161,7 @@ class ZipOut {
     const uint64_t cd_offset = f_.pos();
     Bytes cd;
     for (const Entry& e : entries_) {
-      const bool big_size = e.size >= kMax32, big_off = e.offset >= kMax32;
+      const bool big_size = e.size >= g_zip64_threshold, big_off = e.offset >= g_zip64_threshold;
       const uint16_t z64_len = uint16_t((big_size ? 16 : 0) + (big_off ? 8 : 0));
       cd.u32(0x02014b50);
       cd.u16(45);  // version made by
@@ -188,7 +192,8 @@ class ZipOut {
       }
     }
     const uint64_t cd_size = cd.b.size();
-    const bool zip64 = cd_offset >= kMax32 || cd_size >= kMax32 || entries_.size() >= 0xFFFF;
+    const bool zip64 =
+        cd_offset >= g_zip64_threshold || cd_size >= g_zip64_threshold || entries_.size() >= 0xFFFF;
     if (zip64) {
       const uint64_t eocd64_offset = cd_offset + cd_size;
       cd.u32(0x06064b50);  // ZIP64 end of central directory record
@@ -223,6 +228,14 @@ class ZipOut {
 };
 
 }  // namespace
+
+namespace detail {
+uint64_t set_pth_zip64_threshold_for_tests(uint64_t bytes) {
+  const uint64_t old = g_zip64_threshold;
+  g_zip64_threshold = std::min<uint64_t>(std::max<uint64_t>(bytes, 1), kMax32);
+  return old;
+}
+}  // namespace detail
 
 void write_pth(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                const std::string& archive_name) {

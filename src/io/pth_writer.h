@@ -31,4 +31,11 @@ namespace td::io {
 void write_pth(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                const std::string& archive_name = "archive");
 
+namespace detail {
+// Tests only: sizes and offsets at or above `bytes` (clamped to [1, 2^32 - 1])
+// are written with ZIP64 records, as they are above 4 GiB, so the ZIP64 paths
+// can be checked on small files. Returns the previous threshold (2^32 - 1 by default).
+uint64_t set_pth_zip64_threshold_for_tests(uint64_t bytes);
+}  // namespace detail
+
 }  // namespace td::io
