@@ -12,7 +12,12 @@
 // the weights. Prints one JSON object; bench/torch_vae.py measures diffusers'
 // AutoencoderKLWan in BF16 on the same shapes.
 //
-//   bench_vae [--frames 21] [--height 60] [--width 104] [--reps 2] [--no-encode]
+// --unfused-bias runs every convolution as a plain cuDNN convolution plus a
+// separate bias add (ops::set_conv_cl_fuse_bias(false)), to compare the plan
+// build time (warmup_*_s, per phase, with the number of cuDNN plans built)
+// and the run time of the two.
+//
+//   bench_vae [--frames 21] [--height 60] [--width 104] [--reps 2] [--no-encode] [--unfused-bias]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -24,7 +29,9 @@
 
 #include "bench_util.h"
 #include "core/cuda_runtime.h"
+#include "kernels/conv/conv.h"
 #include "models/wan_vae/wan_vae.h"
+#include "ops/conv.h"
 
 namespace {
 
@@ -115,6 +122,7 @@ int main(int argc, char** argv) {
     else if (a == "--width") width = next();
     else if (a == "--reps") reps = int(next());
     else if (a == "--no-encode") encode = false;
+    else if (a == "--unfused-bias") td::ops::set_conv_cl_fuse_bias(false);
     else {
       std::fprintf(stderr, "bench_vae: unknown argument %s\n", a.c_str());
       return 2;
@@ -137,12 +145,19 @@ int main(int argc, char** argv) {
     out["dtype"] = "bf16";
     out["tiling"] = tiled.tiling.describe();
 
-    const auto w0 = std::chrono::steady_clock::now();
+    out["bias_fused"] = ops::conv_cl_fuse_bias();
     const Tensor warm = latent.slice(2, 0, std::min<int64_t>(2, frames)).contiguous();
-    vae.decode(warm, untiled);
-    vae.decode(warm, tiled);
-    cuda::synchronize(0);
-    out["warmup_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    const auto warmup = [&](const char* key, const std::function<void()>& fn) {
+      const auto w0 = std::chrono::steady_clock::now();
+      const size_t plans0 = kernels::conv_cudnn_cached_plans();
+      fn();
+      cuda::synchronize(0);
+      out[std::string("warmup_") + key + "_s"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      out[std::string("plans_") + key] = kernels::conv_cudnn_cached_plans() - plans0;
+    };
+    warmup("decode_untiled", [&] { vae.decode(warm, untiled); });
+    warmup("decode_tiled", [&] { vae.decode(warm, tiled); });
     out["weights_mib"] = double(cuda::allocated_bytes(0)) / double(1 << 20);
 
     std::fprintf(stderr, "decode untiled:\n");
@@ -152,7 +167,7 @@ int main(int argc, char** argv) {
     if (encode) {
       const int64_t f = 4 * (frames - 1) + 1;
       const Tensor video = random_host({1, 3, f, height * 8, width * 8}, -1.0f, 1.0f, 11u);
-      vae.encode(video.slice(2, 0, 5).contiguous(), untiled);  // plans of the encoder
+      warmup("encode", [&] { vae.encode(video.slice(2, 0, 5).contiguous(), untiled); });  // plans of the encoder
       std::fprintf(stderr, "encode untiled:\n");
       out["encode_untiled"] = run_reps(1, [&] { vae.encode(video, untiled); });
     }

@@ -45,6 +45,12 @@ Tensor channel_rms_norm(const Tensor& x, const Tensor& gamma, const Tensor& bias
 // (no temporal padding, spatial padding per side). CUDA: cuDNN (bias fused;
 // where cuDNN refuses the fused graph, an unfused conv and a bias add, logged once).
 Tensor conv3d_cl(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o = {});
+// Whether conv3d_cl on CUDA fuses the bias into the cuDNN graph (default) or
+// runs a plain convolution and a separate bias add. A fused graph may need a
+// runtime-compiled cuDNN engine, slower to build the first time a shape is
+// seen; the switch lets the benchmark measure both. Process-wide.
+void set_conv_cl_fuse_bias(bool fuse);
+bool conv_cl_fuse_bias();
 // A conv3d weight [Co, Ci, kt, kh, kw] (host, any float dtype) -> contiguous
 // [Co, kt, kh, kw, Ci] in `dtype` on `device` (weights are converted at load).
 Tensor conv_weight_to_cl(const Tensor& weight, DType dtype, Device device);

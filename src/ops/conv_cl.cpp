@@ -1,6 +1,7 @@
 // The channels-last VAE ops (contract in conv.h): host f32 tensors run the
 // fp32 CPU references (the convolution through the channel-first conv3d,
 // permuting around it), CUDA tensors cuDNN and kernels/conv/vae_cl.cu.
+#include <atomic>
 #include <cstring>
 
 #include "core/cuda_runtime.h"
@@ -47,6 +48,13 @@ void copy2d(const char* op, const Device& d, void* dst, size_t dst_pitch, const 
 Tensor permuted(const Tensor& x, const std::vector<int64_t>& dims) { return x.permute(dims).contiguous(); }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_fuse_bias{true};
+}  // namespace
+
+void set_conv_cl_fuse_bias(bool fuse) { g_fuse_bias = fuse; }
+bool conv_cl_fuse_bias() { return g_fuse_bias; }
 
 Tensor conv_weight_to_cl(const Tensor& weight, DType dtype, Device device) {
   TD_CHECK(weight.dim() == 5, Shape, "conv_weight_to_cl: weight must be [Co, Ci, kt, kh, kw], got ", weight.desc());
@@ -108,6 +116,13 @@ Tensor conv3d_cl(const Tensor& x, const Tensor& weight, const Tensor& bias, cons
                                  y.raw_data(), ws ? workspace.raw_data() : nullptr, ws, cuda::current_stream());
   };
   const std::string ctx = cat("x ", x.desc(), ", weight ", weight.desc());
+  if (bias.defined() && !g_fuse_bias) {
+    const kernels::Status s = run(false);
+    if (s == kernels::Status::Ok) {
+      add_(y, bias);
+      return y;
+    }
+  }
   kernels::Status s = run(bias.defined());
   if (s == kernels::Status::Unsupported && bias.defined()) {
     log_once(LogLevel::Info, cat("conv3d_cl-unfused:", ctx),

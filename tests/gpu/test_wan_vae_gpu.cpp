@@ -84,6 +84,17 @@ TEST(WanVaeGpuOps, Conv3dClCudnnMatchesCpu) {
       TD_EXPECT_CLOSE(test::compare(got, ref), dt == DType::BF16 ? 8e-3 : 5e-3, 0.9999);
     }
   }
+  // The unfused variant (plain convolution + a separate bias add) gives the same result.
+  {
+    const Tensor x = test::randn_tensor({1, 3, 7, 9, 16}, DType::F32), w = test::randn_tensor({8, 3, 3, 3, 16}, DType::F32, 0.2f);
+    const Tensor b = test::randn_tensor({8}, DType::F32);
+    const Tensor ref = ops::conv3d_cl(rounded(x, DType::BF16), rounded(w, DType::BF16), b, ops::ConvOptions::same_pad(1));
+    ops::set_conv_cl_fuse_bias(false);
+    const Tensor got = ops::conv3d_cl(on_gpu(x, DType::BF16), on_gpu(w, DType::BF16), b.to(Device::cuda(0)),
+                                      ops::ConvOptions::same_pad(1));
+    ops::set_conv_cl_fuse_bias(true);
+    TD_EXPECT_CLOSE(test::compare(got, ref), 8e-3, 0.9999);
+  }
   // A shape seen again reuses its plan.
   const size_t plans = kernels::conv_cudnn_cached_plans();
   const Tensor x = on_gpu(test::randn_tensor({1, 3, 7, 9, 13}, DType::F32), DType::BF16);
