@@ -26,6 +26,7 @@ struct GenerateOptions {
   std::string offload = "auto";
   std::string vae_device = "auto";
   double sla_topk = 0.1;
+  bool allow_zero_proj_l = false;
   bool quiet = false, json = false;
   CLI::App* sub = nullptr;
 };
@@ -106,7 +107,13 @@ int run_generate(GenerateOptions& g) {
   if (g.vae_device != "auto") o.vae_device = g.vae_device == "cuda" ? Device::cuda(0) : Device::cpu();
   const std::string dtype_str = g.dtype == "auto" ? (o.device.is_cuda() ? "bf16" : "f32") : g.dtype;
   o.dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
-  o.attention = *nn::parse_attention_kind(g.attention);  // CLI11 already checked the name
+  o.attention_auto = g.attention == "auto";
+  if (g.allow_zero_proj_l && !o.attention_auto)
+    fail(ErrorKind::Usage, "--allow-zero-proj-l only applies with --attention auto (an explicit sla / sagesla "
+                           "already runs a checkpoint without proj_l with proj_l = 0)");
+  o.allow_zero_proj_l = g.allow_zero_proj_l;
+  o.attention = o.attention_auto ? nn::AttentionKind::Original
+                                 : *nn::parse_attention_kind(g.attention);  // CLI11 already checked the name
   o.sla_topk = g.sla_topk;
   if (o.attention == nn::AttentionKind::SageSLA && o.device.is_cuda()) {
     ops::SlaOptions sage_blocks;  // sagesla's 64 x 128 blocks run on the SageAttention-style kernel
@@ -219,8 +226,13 @@ void register_generate(CLI::App& app, Commands& cmds) {
   sub->add_option("--shift", o.shift, "teacher sigma shift (default 5)");
   sub->add_option("--negative-prompt", o.negative_prompt, "teacher negative prompt (default empty)");
   sub->add_option("--attention", g->attention,
-                  "original (exact); sla or sagesla: top-k block-sparse + linear attention (CPU: the fp32 reference; CUDA: GPU kernels, sagesla where the sage kernel is built)")
-      ->check(CLI::IsMember({"original", "sla", "sagesla"}));
+                  "original (exact); sla or sagesla: top-k block-sparse + linear attention (CPU: the fp32 reference; CUDA: GPU kernels, sagesla where the sage kernel is built); auto: the fastest that runs here and keeps the checkpoint's model (sagesla, then sla, when the checkpoint has SLA proj_l; else original), logged")
+      ->check(CLI::IsMember({"original", "sla", "sagesla", "auto"}));
+  sub->add_flag("--allow-zero-proj-l", g->allow_zero_proj_l,
+                "with --attention auto: accept sla/sagesla on a checkpoint without SLA proj_l (proj_l = 0)");
+  sub->add_flag("--default-norm", o.default_norm,
+                "plain unfused norms (LayerNorm, separate modulation and residual add; RMSNorm, separate RoPE) "
+                "instead of the fused FastNorm kernels");
   sub->add_option("--sla-topk", g->sla_topk, "SLA/SageSLA: fraction of key blocks kept per query block (default 0.1)");
   sub->add_flag("--quant-linear", o.quant_linear, "W8A8 INT8 block linears (INT8 checkpoints as they are)");
   sub->add_option("--device", g->device, "cpu or cuda for the text encoder, the DiT(s) and the VAE (default: cuda "

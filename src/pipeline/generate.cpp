@@ -18,6 +18,7 @@
 #include "models/umt5/umt5_encoder.h"
 #include "models/umt5/umt5_loader.h"
 #include "models/umt5/umt5_tokenizer.h"
+#include "models/wan/wan_attention.h"
 #include "models/wan/wan_config.h"
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_loader.h"
@@ -417,7 +418,13 @@ GenerateResult run_generate(const GenerateOptions& o) {
     return lo;
   };
   auto make_dit = [&](models::wan::WanCheckpoint ck) {
-    return std::make_unique<models::wan::WanDiT>(std::move(ck), o.attention, o.sla_topk);
+    nn::AttentionKind attention = o.attention;
+    if (o.attention_auto) {
+      const auto choice = models::wan::choose_attention("auto", o.device, ck.has_proj_l, o.allow_zero_proj_l);
+      attention = choice.kind;
+      log_once(LogLevel::Warn, cat("generate attention auto ", ck.detection.description), choice.reason);
+    }
+    return std::make_unique<models::wan::WanDiT>(std::move(ck), attention, o.sla_topk, o.default_norm);
   };
   auto describe = [&](Component c, const models::wan::WanCheckpoint& ck) {
     TD_CHECK(same_architecture(ck.config, dits.at(c).info->config), Internal, "the DiT ", dits.at(c).info->what(),

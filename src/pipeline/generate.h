@@ -63,9 +63,15 @@ struct GenerateOptions {
   bool vae_tiling = false;           // the VAE in 256x256 tiles every 192 (diffusers' tiled decode / encode)
   DType dtype = DType::F32;       // run dtype of DiT / encoder matmuls (bf16 on CUDA)
   bool quant_linear = false;
+  bool default_norm = false;  // plain unfused norms instead of the FastNorm kernels (WanDiT)
   OffloadPolicy offload = OffloadPolicy::Auto;
   // Self-attention: sla / sagesla run the fp32 SLA reference on the host only (issue 6).
   nn::AttentionKind attention = nn::AttentionKind::Original;
+  // --attention auto: each DiT takes what models/wan/wan_attention.h chooses for
+  // its checkpoint (sagesla > sla only with proj_l, or with allow_zero_proj_l),
+  // logged with the reason; `attention` is then ignored.
+  bool attention_auto = false;
+  bool allow_zero_proj_l = false;
   double sla_topk = 0.1;
   // Sampler.
   SamplerKind sampler = SamplerKind::Rcm;

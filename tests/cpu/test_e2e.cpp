@@ -4,6 +4,7 @@
 // diffusers, the RoPE table cache, `--attention auto`, random-weight Wan
 // checkpoints, the in-process profiler, and `turbodiff bench e2e --model tiny`.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -355,6 +356,23 @@ TEST(DitCliSwitches, DefaultNormAutoAndTheirErrors) {
                                 read_map(fixture("t2v/expected.safetensors"))["velocity"]),
                   1e-5, 0.99999999);
   r = test::run_cli(base + " --allow-zero-proj-l");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "--attention auto")) << r.err;
+}
+
+TEST(GenerateCliSwitches, DefaultNormAndAttentionAuto) {
+  const std::string base = "generate --dit " + test::source_dir() + "/fixtures/generate/dit --vae " +
+                           test::source_dir() + "/fixtures/vae/diffusion_pytorch_model.safetensors --text-encoder " +
+                           test::source_dir() + "/fixtures/umt5/hf --tokenizer " + test::source_dir() +
+                           "/fixtures/umt5/tokenizer --device cpu --prompt 'a cat' --seed 3 --num-frames 5 --width 64 "
+                           "--height 48 --num-steps 1 --quiet";
+  const std::string dir = test::temp_dir() + "/gen_switches";
+  std::filesystem::create_directories(dir + "_a");
+  std::filesystem::create_directories(dir + "_b");
+  auto r = test::run_cli(base + " --default-norm --attention auto -o " + dir + "_a/f_%04d.png");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "--attention auto: original")) << r.err;
+  r = test::run_cli(base + " --allow-zero-proj-l -o " + dir + "_b/f_%04d.png");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "--attention auto")) << r.err;
 }
