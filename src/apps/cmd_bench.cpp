@@ -270,9 +270,21 @@ ForwardResult measure_forward(const BenchE2eOptions& o, const models::wan::WanCo
       r.attention_ran = kind_name;
       return r;
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::Unsupported) throw;
+      // Unsupported: this attention path cannot run here; try the next (sagesla -> sla).
+      // Anything else ends this stage with the error in the JSON; the other stages still run.
+      r.attempts.push_back({{"attention", kind_name}, {"error", e.what()}, {"kind", error_kind_name(e.kind())}});
+      log_warn("bench e2e: --attention ", kind_name, ": ", e.what());
+      if (e.kind() != ErrorKind::Unsupported) break;
+    } catch (const std::exception& e) {
       r.attempts.push_back({{"attention", kind_name}, {"error", e.what()}});
-      log_warn("bench e2e: --attention ", kind_name, " cannot run: ", e.what());
+      log_warn("bench e2e: --attention ", kind_name, ": ", e.what());
+      break;
+    }
+  }
+  if (device.is_cuda()) {
+    try {
+      sync(device);
+    } catch (const Error&) {
     }
   }
   return r;
@@ -317,7 +329,7 @@ json measure_vae(const models::wan::WanConfig& cfg, const Inputs& in, Device dev
             {"device", device.str()},
             {"note", "random-weight Wan2.1 VAE, latent as the DiT's, video returned to the host (included); "
                      "median after one untimed decode"}};
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     return {{"available", false}, {"error", e.what()}};
   }
 }
@@ -383,7 +395,7 @@ json measure_text_encoder(Device device, DType dtype, bool tiny, int text_len, u
     return {{"available", true},     {"encode_s", median_of(s)}, {"runs", s.size()},
             {"tokens", text_len},    {"model", c.describe()},    {"device", device.str()},
             {"note", "umT5 encoder with random weights, one prompt of text_len tokens, median after one untimed run"}};
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     return {{"available", false}, {"error", e.what()}};
   }
 }
@@ -464,6 +476,92 @@ int run_bench_e2e(const BenchE2eOptions& o) {
 
   // One measurement per distinct forward (stage c reuses b's forward), in stage order.
   std::map<ForwardKey, ForwardResult> results;
+  json vae, text;  // null until measured
+
+  // The JSON of what has been measured so far: written to --json after every
+  // measurement, so a run cut short (a time limit) still leaves its numbers.
+  const auto assemble = [&]() {
+    out["vae"] = vae.is_null() ? json{{"available", false}, {"error", "not measured yet"}} : vae;
+    out["text_encoder"] = text.is_null() ? json{{"available", false}, {"error", "not measured yet"}} : text;
+    out.erase("profile");
+    json js = json::array();
+    for (const StageDef& s : stages) {
+      const ForwardKey key{s.quant, s.default_norm, s.attention};
+      json j;
+      j["stage"] = s.id;
+      j["label"] = s.label;
+      j["steps"] = s.steps;
+      j["forwards_per_step"] = s.forwards_per_step;
+      j["forwards"] = s.steps * s.forwards_per_step;
+      j["linears"] = s.quant ? cat("W8A8 ", nn::int8_linear_variant_name(*variant)) : std::string(dtype_name(dtype));
+      j["norms"] = s.default_norm ? "default (unfused)" : "fused (FastNorm)";
+      j["attention_requested"] = s.attention == "sagesla" ? cat("sagesla topk ", o.sla_topk) : s.attention;
+      const auto it = results.find(key);
+      if (it == results.end()) {
+        j["ran"] = false;
+        j["pending"] = true;
+        js.push_back(j);
+        continue;
+      }
+      const ForwardResult& r = it->second;
+      j["ran"] = r.ran;
+      if (!r.attempts.empty()) j["attention_refused"] = r.attempts;
+      if (r.ran) {
+        j["attention"] = r.attention_ran == "original" ? r.attention_ran : cat(r.attention_ran, " topk ", o.sla_topk);
+        if (s.attention == "sagesla" && r.attention_ran != "sagesla")
+          j["attention_note"] = cat("sagesla could not run here; ", r.attention_ran, " ran instead");
+        j["forward_ms"] = r.median_ms;
+        j["forward_ms_min"] = r.min_ms;
+        j["forward_ms_max"] = r.max_ms;
+        j["forward_ms_all"] = r.ms;
+        const double diffusion = double(s.steps * s.forwards_per_step) * r.median_ms / 1000.0;
+        j["diffusion_s"] = diffusion;
+        j["diffusion_from"] = cat(s.steps * s.forwards_per_step,
+                                  " forwards x the median forward (sampler overhead not included)");
+        if (s.rcm && r.sampler_s) {
+          j["sampler_s"] = *r.sampler_s;
+          j["sampler_note"] = cat("the real ", r.sampler_steps,
+                                  "-step rCM loop (host f64 state, fresh noise per step, latent to and velocity from "
+                                  "the device each step), wall clock");
+        }
+        j["peak_gpu_bytes"] = device.is_cuda() ? json(r.peak_bytes) : json(nullptr);
+        j["dit_weight_bytes"] = r.weight_bytes;
+        j["build_s"] = r.build_s;
+        double total = diffusion;
+        bool complete = true;
+        const json& v = out["vae"];
+        const json& t = out["text_encoder"];
+        if (v.value("available", false)) total += v["decode_s"].get<double>();
+        else complete = false;
+        if (t.value("available", false)) total += t["encode_s"].get<double>();
+        else complete = false;
+        j["total_s"] = total;
+        j["total_note"] = complete ? "text encoder + diffusion + VAE decode (MP4 encoding not included)"
+                                   : "diffusion plus the parts that ran (see vae / text_encoder)";
+        if (!r.profile.is_null()) {
+          json p = r.profile;
+          p["stage"] = s.id;
+          p["label"] = s.label;
+          p["attention"] = j["attention"];
+          out["profile"] = p;
+        }
+      }
+      js.push_back(j);
+    }
+    out["stages"] = js;
+  };
+  const auto write_json = [&]() {
+    if (o.json_path.empty()) return;
+    const std::string tmp = o.json_path + ".partial";
+    {
+      std::ofstream f(tmp);
+      TD_CHECK(bool(f), Io, "--json ", o.json_path, ": cannot write ", tmp);
+      f << out.dump(1) << "\n";
+      TD_CHECK(bool(f), Io, "--json ", o.json_path, ": write failed");
+    }
+    TD_CHECK(std::rename(tmp.c_str(), o.json_path.c_str()) == 0, Io, "--json ", o.json_path, ": cannot rename ", tmp);
+  };
+
   const StageDef* profiled = nullptr;
   for (const StageDef& s : stages) profiled = &s;  // the last (most accelerated) stage asked for
   for (const StageDef& s : stages) {
@@ -476,71 +574,18 @@ int run_bench_e2e(const BenchE2eOptions& o) {
     ForwardResult r = measure_forward(o, cfg, key, in, device, dtype, *variant, sampler,
                                       o.profile && &s == profiled);
     results[key] = std::move(r);
+    assemble();
+    write_json();
   }
 
-  const json vae = o.no_vae ? json{{"available", false}, {"error", "skipped (--no-vae)"}}
-                            : measure_vae(cfg, in, device, tiny, o.seed, o.vae_runs > 0 ? o.vae_runs : tiny ? 1 : 2);
-  const json text = o.no_text_encoder ? json{{"available", false}, {"error", "skipped (--no-text-encoder)"}}
-                                      : measure_text_encoder(device, dtype, tiny, o.text_len, o.seed, tiny ? 1 : 3);
-  out["vae"] = vae;
-  out["text_encoder"] = text;
-
-  json js = json::array();
-  for (const StageDef& s : stages) {
-    const ForwardKey key{s.quant, s.default_norm, s.attention};
-    const ForwardResult& r = results.at(key);
-    json j;
-    j["stage"] = s.id;
-    j["label"] = s.label;
-    j["steps"] = s.steps;
-    j["forwards_per_step"] = s.forwards_per_step;
-    j["forwards"] = s.steps * s.forwards_per_step;
-    j["linears"] = s.quant ? cat("W8A8 ", nn::int8_linear_variant_name(*variant)) : std::string(dtype_name(dtype));
-    j["norms"] = s.default_norm ? "default (unfused)" : "fused (FastNorm)";
-    j["attention_requested"] = s.attention == "sagesla" ? cat("sagesla topk ", o.sla_topk) : s.attention;
-    j["ran"] = r.ran;
-    if (!r.attempts.empty()) j["attention_refused"] = r.attempts;
-    if (r.ran) {
-      j["attention"] = r.attention_ran == "original" ? r.attention_ran : cat(r.attention_ran, " topk ", o.sla_topk);
-      if (s.attention == "sagesla" && r.attention_ran != "sagesla")
-        j["attention_note"] = cat("sagesla could not run here; ", r.attention_ran, " ran instead");
-      j["forward_ms"] = r.median_ms;
-      j["forward_ms_min"] = r.min_ms;
-      j["forward_ms_max"] = r.max_ms;
-      j["forward_ms_all"] = r.ms;
-      const double diffusion = double(s.steps * s.forwards_per_step) * r.median_ms / 1000.0;
-      j["diffusion_s"] = diffusion;
-      j["diffusion_from"] = cat(s.steps * s.forwards_per_step, " forwards x the median forward (sampler overhead "
-                                                               "not included)");
-      if (s.rcm && r.sampler_s) {
-        j["sampler_s"] = *r.sampler_s;
-        j["sampler_note"] = cat("the real ", r.sampler_steps,
-                                "-step rCM loop (host f64 state, fresh noise per step, latent to and velocity from "
-                                "the device each step), wall clock");
-      }
-      j["peak_gpu_bytes"] = device.is_cuda() ? json(r.peak_bytes) : json(nullptr);
-      j["dit_weight_bytes"] = r.weight_bytes;
-      j["build_s"] = r.build_s;
-      double total = diffusion;
-      bool complete = true;
-      if (vae.value("available", false)) total += vae["decode_s"].get<double>();
-      else complete = false;
-      if (text.value("available", false)) total += text["encode_s"].get<double>();
-      else complete = false;
-      j["total_s"] = total;
-      j["total_note"] = complete ? "text encoder + diffusion + VAE decode (MP4 encoding not included)"
-                                 : "diffusion plus the parts that ran (see vae / text_encoder)";
-      if (!r.profile.is_null()) {
-        json p = r.profile;
-        p["stage"] = s.id;
-        p["label"] = s.label;
-        p["attention"] = j["attention"];
-        out["profile"] = p;
-      }
-    }
-    js.push_back(j);
-  }
-  out["stages"] = js;
+  vae = o.no_vae ? json{{"available", false}, {"error", "skipped (--no-vae)"}}
+                 : measure_vae(cfg, in, device, tiny, o.seed, o.vae_runs > 0 ? o.vae_runs : tiny ? 1 : 2);
+  assemble();
+  write_json();
+  text = o.no_text_encoder ? json{{"available", false}, {"error", "skipped (--no-text-encoder)"}}
+                           : measure_text_encoder(device, dtype, tiny, o.text_len, o.seed, tiny ? 1 : 3);
+  assemble();
+  const json& js = out["stages"];
 
   // A short table on stderr, the JSON on stdout or in --json.
   std::fprintf(stderr, "\n%-6s %-48s %-22s %12s %12s %10s\n", "stage", "", "attention", "forward ms", "diffusion s",
@@ -560,14 +605,10 @@ int run_bench_e2e(const BenchE2eOptions& o) {
                vae.value("available", false) ? (fmt_s(vae["decode_s"].get<double>()) + " s").c_str() : "not available",
                text.value("available", false) ? (fmt_s(text["encode_s"].get<double>()) + " s").c_str()
                                               : "not available");
-  const std::string dump = out.dump(1);
   if (o.json_path.empty()) {
-    std::printf("%s\n", dump.c_str());
+    std::printf("%s\n", out.dump(1).c_str());
   } else {
-    std::ofstream f(o.json_path);
-    TD_CHECK(bool(f), Io, "--json ", o.json_path, ": cannot write");
-    f << dump << "\n";
-    TD_CHECK(bool(f), Io, "--json ", o.json_path, ": write failed");
+    write_json();
     std::fprintf(stderr, "JSON written to %s\n", o.json_path.c_str());
   }
   return 0;
