@@ -9,9 +9,11 @@
 #                 (or any folder holding a CUDA build of turbodiff; lib/ with
 #                 libsentencepiece as gpu_bundle.sh packs it)
 #                 python wheels: .whl/ (diffusers 0.42.1, importlib_metadata 8.7.0)
-# On the GPU:     run(command="scripts/e2e_gpu.sh .gpu_bundle", carry=[".gpu_bundle", ".whl"], timeout_s=600)
+# On the GPU:     run(command="scripts/e2e_gpu.sh .gpu_bundle", carry=[".gpu_bundle.tar.xz", ".whl"], timeout_s=600)
+#                 (the folder is unpacked from .gpu_bundle.tar.xz when it is not there; carry the
+#                 folder itself instead only if it is under the 64 MiB carry limit)
 #
-# Budget (estimates, H200): 1.3B bench ~60-90 s, torch 1.3B ~20 s, 14B c+d+VAE
+# Budget (estimates, H200): GPU tests <= 90 s, 1.3B bench ~60-90 s, torch 1.3B ~20 s, 14B c+d+VAE
 # ~100-150 s, torch 14B ~60 s, 14B stage a ~45 s if more than 150 s are left
 # of E2E_BUDGET_S (default 450 s).
 set -uo pipefail
@@ -19,6 +21,9 @@ cd "$(dirname "$0")/.."
 BUNDLE=${1:-.gpu_bundle}
 OUT=${OUT:-./out}
 BUDGET=${E2E_BUDGET_S:-450}
+# W8A8 variant of stages b-d: the engine's default (token128, chosen for accuracy) unless set,
+# e.g. E2E_INT8_VARIANT=post-scale (the fastest GEMM, less accurate on outliers; docs/benchmarks.md).
+VARIANT=${E2E_INT8_VARIANT:-token128}
 START=$(date +%s)
 mkdir -p "$OUT"
 LOG="$OUT/e2e_log.txt"
@@ -67,13 +72,22 @@ min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >> "$LOG" 2>&1
 
+# The GPU tests of this work first (patchify, RoPE, random fills, --default-norm, random models, bench e2e tiny):
+# a minute at most; skipped when the bundle has no test binary or E2E_SKIP_TESTS=1.
+if [ -x "$BUNDLE/turbodiff_gpu_tests" ] && [ "${E2E_SKIP_TESTS:-0}" != 1 ]; then
+  export TURBODIFF_SOURCE_DIR=$(pwd) TURBODIFF_CLI=$(pwd)/$BUNDLE/turbodiff
+  step "GPU tests (e2e)" 90 "$BUNDLE/turbodiff_gpu_tests" \
+    --gtest_filter='PatchifyGpu*:RopeApplyGpu*:RandomFillGpu*:WanDefaultNormGpu*:RandomWanGpu*:BenchE2eGpu*'
+  grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]' "$LOG" | tail -n 12
+fi
+
 step "bench e2e Wan2.1-1.3B 480p, stages a-d" "$(min 170 "$(left)")" \
-  "$TD" bench e2e --device cuda --model Wan2.1-1.3B --forwards 3 --warmup 1 --profile --json "$OUT/e2e_1.3B.json"
+  "$TD" bench e2e --device cuda --int8-variant "$VARIANT" --model Wan2.1-1.3B --forwards 3 --warmup 1 --profile --json "$OUT/e2e_1.3B.json"
 step "torch_e2e 1.3B" "$(min 100 "$(left)")" \
   python3 bench/torch_e2e.py --model 1.3B --forwards 3 --warmup 1 --json "$OUT/torch_e2e_1.3B.json"
 # 14B: c and d first (the target), VAE at 720p once; the text encoder is the same umT5-XXL as above.
 step "bench e2e Wan2.1-14B 720p, stages c,d" "$(min 170 "$(( $(left) - 90 ))")" \
-  "$TD" bench e2e --device cuda --model Wan2.1-14B --stages c,d --forwards 2 --warmup 1 --no-sampler --vae-runs 1 \
+  "$TD" bench e2e --device cuda --int8-variant "$VARIANT" --model Wan2.1-14B --stages c,d --forwards 2 --warmup 1 --no-sampler --vae-runs 1 \
   --no-text-encoder --profile --json "$OUT/e2e_14B_cd.json"
 step "torch_e2e 14B" "$(min 150 "$(( $(left) - 10 ))")" \
   python3 bench/torch_e2e.py --model 14B --forwards 2 --warmup 1 --json "$OUT/torch_e2e_14B.json"
