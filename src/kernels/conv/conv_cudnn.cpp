@@ -3,7 +3,7 @@
 // [n, c, d, h, w] dims: the layout its BF16 tensor-core engines want), fp32
 // compute, the bias as a fused pointwise add on the fp32 accumulator. Plans
 // are cached per problem and device the way attention_cudnn.cpp does it: a
-// build (heuristics, engine compilation) costs milliseconds; a refusal is
+// build (heuristics, precompiled engines first) costs milliseconds; a refusal is
 // cached with its reason so the ops layer's fallback (unfused bias) costs
 // nothing the second time. One mutex guards the handles and the cache.
 #if TURBODIFF_HAVE_CUDNN
@@ -79,7 +79,7 @@ std::string problem_str(const ConvCudnnProblem& p) {
 // Channels-last strides of [n, c, d, h, w] dims.
 std::vector<int64_t> cl_strides(int64_t c, int64_t d, int64_t h, int64_t w) { return {d * h * w * c, 1, h * w * c, w * c, c}; }
 
-std::shared_ptr<Plan> build_plan(const ConvCudnnProblem& p, cudnnHandle_t handle) {
+std::shared_ptr<Plan> build_plan(const ConvCudnnProblem& p, cudnnHandle_t handle, bool allow_runtime_compilation) {
   auto plan = std::make_shared<Plan>();
   auto graph = std::make_shared<fe::graph::Graph>();
   const fe::DataType_t io = p.type == ElemType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT;
@@ -119,8 +119,22 @@ std::shared_ptr<Plan> build_plan(const ConvCudnnProblem& p, cudnnHandle_t handle
   } else {
     y->set_output(true).set_uid(kUidY).set_data_type(io).set_dim(ydim).set_stride(ystride);
   }
-  if (auto e = graph->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad()) {
-    plan->refusal = "cuDNN does not build this convolution graph: " + e.get_message();
+  // The steps of graph->build(), with engines that compile their kernels at
+  // run time (NVRTC, about a second per shape: 40 s for the shapes of one
+  // 480p decode on the H200) left out unless nothing else takes the graph.
+  fe::error_t e = graph->validate();
+  if (e.is_good()) e = graph->build_operation_graph(handle);
+  if (e.is_good()) e = graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (e.is_good() && !allow_runtime_compilation) graph->deselect_behavior_notes({fe::BehaviorNote_t::RUNTIME_COMPILATION});
+  if (e.is_good()) e = graph->check_support();
+  if (e.is_good()) e = graph->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE);
+  if (e.is_bad()) {
+    // A conv+bias graph without a precompiled engine is refused, so that the
+    // ops layer runs the convolution and the bias add apart (precompiled,
+    // an extra pass over the output) rather than compile one per shape.
+    if (!allow_runtime_compilation && !p.bias) return build_plan(p, handle, true);
+    plan->refusal = std::string("cuDNN does not build this convolution graph") +
+                    (allow_runtime_compilation ? "" : " from a precompiled engine") + ": " + e.get_message();
     return plan;
   }
   if (auto e = graph->get_workspace_size(plan->workspace); e.is_bad()) {
@@ -160,7 +174,7 @@ Status get_plan(const ConvCudnnProblem& p, std::shared_ptr<Plan>* out, cudnnHand
   }
   const PlanKey key = make_key(p, device);
   auto it = st.plans.find(key);
-  if (it == st.plans.end()) it = st.plans.emplace(key, build_plan(p, h->second)).first;
+  if (it == st.plans.end()) it = st.plans.emplace(key, build_plan(p, h->second, /*allow_runtime_compilation=*/false)).first;
   if (!it->second->refusal.empty())
     return fail(Status::Unsupported, "conv3d_cudnn (" + problem_str(p) + "): " + it->second->refusal);
   *out = it->second;
