@@ -182,20 +182,7 @@ Tensor sla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& proj
   const Tensor qf = as_f32(q), kf = as_f32(k), vf = as_f32(v);
   Tensor o = Tensor::empty({B, L, H, D}, DType::F32);
 
-  kernels::SlaProblem p;
-  p.batch = B;
-  p.heads = H;
-  p.len = L;
-  p.head_dim = D;
-  p.q = strides_of(qf);
-  p.k = strides_of(kf);
-  p.v = strides_of(vf);
-  p.o = kernels::attn_contiguous_strides(kernels::AttnLayout::BLHD, H, L, D);
-  p.scale = options.scale.value_or(float(1.0 / std::sqrt(double(D))));
-  p.block_q = options.block_q;
-  p.block_k = options.block_k;
-  p.topk = options.topk;
-  p.feature_map = options.feature_map;
+  const kernels::SlaProblem p = problem(qf, kf, vf, options);
   const kernels::Status s =
       kernels::sla_cpu(p, qf.data<float>(), kf.data<float>(), vf.data<float>(), w.defined() ? w.data<float>() : nullptr,
                        bias.defined() ? bias.data<float>() : nullptr, o.data<float>());

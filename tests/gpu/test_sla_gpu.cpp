@@ -12,10 +12,15 @@
 //   - the whole layer through ops::sla: rel L2 <= 1e-2, cosine >= 0.9999
 //     against the CPU layer; the dense limit (topk 1, proj_l 0) against exact
 //     attention; tiny sequences (less than one block -> one block);
+//   - the Wan DiT forward on CUDA with --attention sla against the CPU forward
+//     with sla (random weights with random proj_l, head_dim 64, 512 tokens):
+//     rel L2 <= 2e-2 (issue 7's GPU bar); sla with topk 1 and proj_l 0 against
+//     original on CUDA: rel L2 <= 1e-2;
 //   - sagesla (64 x 128 blocks, the SageAttention-style kernel) where the build
 //     has it: cosine >= 0.999 against the CPU layer; a clear error otherwise.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -26,6 +31,8 @@
 #include "harness/harness.h"
 #include "kernels/attention/attention.h"
 #include "kernels/sla/sla.h"
+#include "models/wan/wan_dit.h"
+#include "models/wan/wan_random.h"
 #include "ops/attention.h"
 #include "ops/sla.h"
 
@@ -257,7 +264,9 @@ TEST(SlaGpu, SparseBranchMatchesFp64BlockSparseAttention) {
         << kernels::sla_last_error();
     std::vector<double> ro, rl;
     ref_sparse(in, pd, lut, n_sel, ro, rl);
-    TD_EXPECT_CLOSE(test::compare(as_f64(o), ro), kMaxRelL2, 0.9999);
+    const auto acc = test::compare(as_f64(o), ro);
+    std::printf("sparse L%lld D%lld topk %.2f: %s\n", (long long)c.L, (long long)c.D, c.topk, acc.str().c_str());
+    TD_EXPECT_CLOSE(acc, kMaxRelL2, 0.9999);
     const auto gl = as_f64(lse);
     double worst = 0;
     for (size_t i = 0; i < gl.size(); ++i) worst = std::max(worst, std::abs(gl[i] - rl[i]));
@@ -300,7 +309,9 @@ TEST(SlaGpu, LinearBranchMatchesTheReferenceAndIsDeterministic) {
     ASSERT_EQ(kernels::sla_linear_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), in.vh.data<float>(),
                                       ref.data<float>()),
               Status::Ok);
-    TD_EXPECT_CLOSE(test::compare(outs[0], ref), kMaxRelL2, 0.9999);
+    const auto acc = test::compare(outs[0], ref);
+    std::printf("linear L%lld D%lld fm %d: %s\n", (long long)c.L, (long long)c.D, int(c.fm), acc.str().c_str());
+    TD_EXPECT_CLOSE(acc, kMaxRelL2, 0.9999);
     EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[1].raw_data(), size_t(outs[0].numel()) * 2), 0)
         << "two runs on the same input differ";
   }
@@ -339,7 +350,10 @@ void check_layer(const LayerCase& c, int64_t block_q, int64_t block_k, double ma
   const Tensor ref = ops::sla(in.qh, in.kh, in.vh, w, b, so);
   const Tensor got = ops::sla(in.qd, in.kd, in.vd, wd, bd, so);
   ASSERT_EQ(got.dtype(), DType::BF16);
-  TD_EXPECT_CLOSE(test::compare(got, ref), max_rel_l2, min_cos);
+  const auto acc = test::compare(got, ref);
+  std::printf("layer L%lld D%lld topk %.2f %lldx%lld: %s\n", (long long)c.L, (long long)c.D, c.topk,
+              (long long)block_q, (long long)block_k, acc.str().c_str());
+  TD_EXPECT_CLOSE(acc, max_rel_l2, min_cos);
 }
 
 TEST(SlaGpu, WholeLayerMatchesTheCpuLayer) {
@@ -396,6 +410,47 @@ TEST(SlaGpu, RefusesWhatItCannotRun) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << e.what();
   }
+}
+
+// A tiny Wan DiT of random weights (same seed on CPU f32 and CUDA bf16):
+// head_dim 64 (the SLA kernels' smallest), latent 16 x 2 x 32 x 32 -> 512 tokens.
+models::wan::WanConfig tiny_config() {
+  models::wan::WanConfig c;
+  c.variant = "tiny-sla";
+  c.dim = 128, c.ffn_dim = 192, c.num_heads = 2, c.num_layers = 2, c.text_dim = 32, c.freq_dim = 32;
+  return c;
+}
+
+Tensor dit_forward(Device device, bool with_proj_l, nn::AttentionKind kind, double topk, const Tensor& latent,
+                   const Tensor& ts, const Tensor& ctx) {
+  models::wan::RandomWanOptions ro;
+  ro.device = device;
+  ro.dtype = device.is_cuda() ? DType::BF16 : DType::F32;
+  ro.with_proj_l = with_proj_l;
+  ro.seed = 11;
+  const models::wan::WanDiT m(models::wan::random_wan_checkpoint(tiny_config(), ro), kind, topk);
+  return m.forward(latent, ts, ctx).to(Device::cpu());
+}
+
+TEST(SlaGpuWanDiT, CudaSlaForwardMatchesTheCpuSlaForward) {
+  TD_REQUIRE_GPU();
+  const Tensor latent = test::randn_tensor({1, 16, 2, 32, 32}, DType::F32);
+  const Tensor ts = Tensor::from_f32({1}, {700.f});
+  const Tensor ctx = test::randn_tensor({1, 7, 32}, DType::F32);
+  using K = nn::AttentionKind;
+  // topk 0.5: 4 of 8 key blocks; selection near-ties between the f32 and bf16
+  // activations are rare at this margin.
+  const Tensor cpu = dit_forward(Device::cpu(), true, K::SLA, 0.5, latent, ts, ctx);
+  const Tensor gpu = dit_forward(Device::cuda(0), true, K::SLA, 0.5, latent, ts, ctx);
+  const auto acc = test::compare(gpu, cpu);
+  std::printf("DiT sla cuda vs cpu: %s\n", acc.str().c_str());
+  TD_EXPECT_CLOSE(acc, 2e-2, 0.999);
+  // Dense limit on CUDA: sla with topk 1 and proj_l 0 is original.
+  const Tensor dense = dit_forward(Device::cuda(0), false, K::SLA, 1.0, latent, ts, ctx);
+  const Tensor orig = dit_forward(Device::cuda(0), false, K::Original, 0.1, latent, ts, ctx);
+  const auto acc2 = test::compare(dense, orig);
+  std::printf("DiT sla topk 1 proj_l 0 vs original (cuda): %s\n", acc2.str().c_str());
+  TD_EXPECT_CLOSE(acc2, 1e-2, 0.9999);
 }
 
 }  // namespace

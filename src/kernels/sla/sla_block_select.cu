@@ -1,16 +1,17 @@
-// SLA block selection on the GPU (kernels/sla/sla.h): three small kernels.
+// SLA block selection on the GPU (kernels/sla/sla.h): four small kernels.
 //
-//   1. block_pool:  one CTA per (block index, head, batch), one thread per
-//      channel: the mean of the query block's tokens (pooled Q) and the sum of
+//   1. block_pool:  one CTA per (block index, head, batch), 16-byte loads of
+//      several token rows at once (a scalar variant for odd head_dim / strides): the mean of the query block's tokens (pooled Q) and the sum of
 //      the key block's tokens (raw K block sums), fp32, a partial last block
 //      over the tokens it has.
-//   2. key_smooth:  one CTA per (head, batch): the K mean over all tokens from
-//      the block sums, summed in block order (deterministic), then pooled
-//      smoothed K = block sum / tokens in block - mean (the reference's
-//      mean of (k - mean), rearranged).
-//   3. topk:        one CTA per (query block, head, batch): the pooled scores
-//      against every key block (a warp per key block, fp32), each packed with
-//      its index into a 64-bit key that sorts by descending score, then by
+//   2. key_mean:    the K mean over all tokens from the block sums, summed in a
+//      fixed order (deterministic).
+//   (pooled smoothed K = block sum / tokens in block - mean, the reference's
+//      mean of (k - mean) rearranged, is formed where the score GEMM loads it)
+//   3. score:       pooled scores [QB, KB] per head, an fp32 GEMM tiled 16 query
+//      blocks x 64 key blocks per CTA.
+//   4. topk:        one CTA per (query block, head, batch): each score packed
+//      with its index into a 64-bit key that sorts by descending score, then by
 //      ascending index (the reference's tie rule; -0 counts as +0), a bitonic
 //      sort in shared memory, the first n_sel indices into the LUT and the map.
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
@@ -59,23 +60,146 @@ __global__ void block_pool_kernel(const PoolParams p) {
   }
 }
 
-__global__ void key_smooth_kernel(const PoolParams p) {
-  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-  if (c >= p.dim) return;
-  float* pk = p.pk + (int64_t(b) * p.heads + h) * p.kblocks * p.dim + c;
-  float sum = 0.f;
-  for (int j = 0; j < p.kblocks; ++j) sum += pk[int64_t(j) * p.dim];
-  const float mean = sum / float(p.len);
-  for (int j = 0; j < p.kblocks; ++j) {
-    const int n = min(p.len, (j + 1) * p.block_k) - j * p.block_k;
-    pk[int64_t(j) * p.dim] = pk[int64_t(j) * p.dim] / float(n) - mean;
+// The same with 16-byte loads (D % 8 == 0, rows 16-byte aligned): D/8 threads
+// per token row, 256 / (D/8) rows in flight, then the row groups summed in a
+// fixed order through shared memory.
+constexpr int kPoolThreads = 256;
+
+__device__ __forceinline__ void add_row8(float (&acc)[8], const __nv_bfloat16* src) {
+  const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] += f.x;
+    acc[2 * i + 1] += f.y;
   }
 }
 
-struct TopkParams {
+__device__ __forceinline__ void pool_block_vec(const __nv_bfloat16* base, int64_t token_stride, int t0, int t1, int dim,
+                                               float* red, float* out, float divisor) {
+  const int tid = threadIdx.x, chunks = dim / 8, groups = kPoolThreads / chunks;
+  const int c8 = tid % chunks, g = tid / chunks;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (g < groups) {
+    int t = t0 + g;
+#pragma unroll 1
+    for (; t + 3 * groups < t1; t += 4 * groups) {  // four rows in flight
+      add_row8(acc, base + int64_t(t) * token_stride + c8 * 8);
+      add_row8(acc, base + int64_t(t + groups) * token_stride + c8 * 8);
+      add_row8(acc, base + int64_t(t + 2 * groups) * token_stride + c8 * 8);
+      add_row8(acc, base + int64_t(t + 3 * groups) * token_stride + c8 * 8);
+    }
+    for (; t < t1; t += groups) add_row8(acc, base + int64_t(t) * token_stride + c8 * 8);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) red[g * dim + c8 * 8 + i] = acc[i];
+  }
+  __syncthreads();
+  for (int c = tid; c < dim; c += kPoolThreads) {
+    float s = 0.f;
+    for (int j = 0; j < groups; ++j) s += red[j * dim + c];
+    out[c] = s / divisor;
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kPoolThreads) block_pool_vec_kernel(const PoolParams p) {
+  extern __shared__ float red[];  // [groups, D]
+  const int blk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  if (blk < p.qblocks) {
+    const int t0 = blk * p.block_q, t1 = min(p.len, t0 + p.block_q);
+    pool_block_vec(p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head, p.qs.token, t0, t1, p.dim, red,
+                   p.pq + (bh * p.qblocks + blk) * p.dim, float(t1 - t0));
+  }
+  if (blk < p.kblocks) {
+    const int t0 = blk * p.block_k, t1 = min(p.len, t0 + p.block_k);
+    pool_block_vec(p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head, p.ks.token, t0, t1, p.dim, red,
+                   p.pk + (bh * p.kblocks + blk) * p.dim, 1.f);
+  }
+}
+
+// The K mean over all tokens, from the block sums: grid (D / 32, batch·head),
+// 8 warps each summing every 8th block for 32 channels, then the 8 partial sums
+// in warp order (a fixed order: deterministic).
+constexpr int kMeanGroups = 8;
+
+__global__ void __launch_bounds__(32 * kMeanGroups) key_mean_kernel(const PoolParams p, float* kmean) {
+  __shared__ float red[kMeanGroups][32];
+  const int lane = threadIdx.x % 32, g = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+  const int64_t bh = blockIdx.y;
+  float sum = 0.f;
+  if (c < p.dim) {
+    const float* pk = p.pk + bh * p.kblocks * p.dim + c;
+#pragma unroll 4
+    for (int j = g; j < p.kblocks; j += kMeanGroups) sum += pk[int64_t(j) * p.dim];
+  }
+  red[g][lane] = sum;
+  __syncthreads();
+  if (g == 0 && c < p.dim) {
+    float s = 0.f;
+    for (int i = 0; i < kMeanGroups; ++i) s += red[i][lane];
+    kmean[bh * p.dim + c] = s / float(p.len);
+  }
+}
+
+// Pooled scores [B, H, QB, KB] = pool(Q)·pool(K)ᵀ: a small fp32 GEMM per head,
+// 16 query blocks x 64 key blocks per CTA over 32-channel slices in shared
+// memory (each pooled K row is read once per 16 query blocks, not once per query block).
+constexpr int kScoreQ = 16, kScoreK = 64, kScoreC = 32, kScoreThreads = 256;
+
+struct ScoreParams {
   const float* pq;
-  const float* pk;
-  int heads, dim, qblocks, kblocks, sort_size, n_sel;
+  const float* pk;     // K block sums
+  const float* kmean;  // [B·H, D]
+  float* scores;
+  int dim, qblocks, kblocks, len, block_k;
+};
+
+__global__ void __launch_bounds__(kScoreThreads) score_kernel(const ScoreParams p) {
+  __shared__ float qs[kScoreQ][kScoreC + 1];
+  __shared__ float ks[kScoreK][kScoreC + 1];
+  const int i0 = blockIdx.x * kScoreQ, j0 = blockIdx.y * kScoreK;
+  const int64_t bh = blockIdx.z;
+  const float* pq = p.pq + bh * p.qblocks * p.dim;
+  const float* pk = p.pk + bh * p.kblocks * p.dim;
+  const float* kmean = p.kmean + bh * p.dim;
+  const int tid = threadIdx.x, qi = tid / 16, kq = tid % 16;
+  float acc[kScoreK / 16] = {0.f, 0.f, 0.f, 0.f};
+  for (int c0 = 0; c0 < p.dim; c0 += kScoreC) {
+    for (int e = tid; e < kScoreQ * kScoreC; e += kScoreThreads) {
+      const int r = e / kScoreC, c = e % kScoreC;
+      qs[r][c] = (i0 + r < p.qblocks && c0 + c < p.dim) ? pq[int64_t(i0 + r) * p.dim + c0 + c] : 0.f;
+    }
+    for (int e = tid; e < kScoreK * kScoreC; e += kScoreThreads) {
+      const int r = e / kScoreC, c = e % kScoreC;
+      const int j = j0 + r;
+      // pooled smoothed K = block sum / tokens in the block - K mean
+      ks[r][c] = (j < p.kblocks && c0 + c < p.dim)
+                     ? pk[int64_t(j) * p.dim + c0 + c] / float(min(p.len, (j + 1) * p.block_k) - j * p.block_k) -
+                           kmean[c0 + c]
+                     : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int c = 0; c < kScoreC; ++c) {
+      const float a = qs[qi][c];
+#pragma unroll
+      for (int r = 0; r < kScoreK / 16; ++r) acc[r] = fmaf(a, ks[kq + 16 * r][c], acc[r]);
+    }
+    __syncthreads();
+  }
+  if (i0 + qi < p.qblocks)
+#pragma unroll
+    for (int r = 0; r < kScoreK / 16; ++r) {
+      const int j = j0 + kq + 16 * r;
+      if (j < p.kblocks) p.scores[(bh * p.qblocks + i0 + qi) * p.kblocks + j] = acc[r];
+    }
+}
+
+struct TopkParams {
+  const float* scores;
+  int heads, qblocks, kblocks, sort_size, n_sel;
   int32_t* lut;       // [B, H, QB, n_sel] or null
   uint8_t* map;       // [B, H, QB, KB] or null
 };
@@ -88,26 +212,13 @@ __device__ __forceinline__ uint32_t ordered_bits(float s) {
 
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkParams p) {
   extern __shared__ unsigned long long keys[];
-  float* pq = reinterpret_cast<float*>(keys + p.sort_size);
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x;
   const int64_t bh = int64_t(b) * p.heads + h;
-  for (int c = tid; c < p.dim; c += kTopkThreads) pq[c] = p.pq[(bh * p.qblocks + i) * p.dim + c];
-  __syncthreads();
-  const float* pk = p.pk + bh * p.kblocks * p.dim;
-  for (int j = warp; j < p.sort_size; j += kTopkThreads / 32) {
-    if (j < p.kblocks) {
-      const float* row = pk + int64_t(j) * p.dim;
-      float s = 0.f;
-      for (int c = lane; c < p.dim; c += 32) s = fmaf(pq[c], row[c], s);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      // Descending score first, then ascending block index.
-      if (lane == 0) keys[j] = (uint64_t(~ordered_bits(s)) << 32) | uint32_t(j);
-    } else if (lane == 0) {
-      keys[j] = ~0ull;  // padding sorts last
-    }
-  }
+  const float* scores = p.scores + (bh * p.qblocks + i) * p.kblocks;
+  // Descending score first, then ascending block index; padding sorts last.
+  for (int j = tid; j < p.sort_size; j += kTopkThreads)
+    keys[j] = j < p.kblocks ? (uint64_t(~ordered_bits(scores[j])) << 32) | uint32_t(j) : ~0ull;
   __syncthreads();
   for (int k = 2; k <= p.sort_size; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
@@ -147,7 +258,8 @@ Status launch_error(const char* what) {
 
 size_t sla_block_select_workspace_size(const SlaProblem& p) {
   const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
-  return align256(bh * size_t(p.query_blocks()) * d * 4) + align256(bh * size_t(p.key_blocks()) * d * 4);
+  return align256(bh * size_t(p.query_blocks()) * d * 4) + align256(bh * size_t(p.key_blocks()) * d * 4) +
+         align256(bh * size_t(p.query_blocks()) * size_t(p.key_blocks()) * 4) + align256(bh * d * 4);
 }
 
 Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, uint8_t* block_map, int32_t* lut,
@@ -188,16 +300,41 @@ Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, 
   pp.pq = static_cast<float*>(workspace);
   pp.pk = reinterpret_cast<float*>(static_cast<char*>(workspace) + align256(bh * size_t(QB) * d * 4));
   const unsigned threads = unsigned((p.head_dim + 31) / 32 * 32);
-  block_pool_kernel<<<dim3(unsigned(QB > KB ? QB : KB), unsigned(p.heads), unsigned(p.batch)), threads, 0, st>>>(pp);
+  const dim3 pool_grid(unsigned(QB > KB ? QB : KB), unsigned(p.heads), unsigned(p.batch));
+  const bool vec = p.head_dim % 8 == 0 && p.q.batch % 8 == 0 && p.q.head % 8 == 0 && p.q.token % 8 == 0 &&
+                   p.k.batch % 8 == 0 && p.k.head % 8 == 0 && p.k.token % 8 == 0 &&
+                   (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  if (vec) {
+    const size_t red = size_t(kPoolThreads / (p.head_dim / 8)) * size_t(p.head_dim) * 4;  // 8 KiB at most
+    block_pool_vec_kernel<<<pool_grid, kPoolThreads, red, st>>>(pp);
+  } else {
+    block_pool_kernel<<<pool_grid, threads, 0, st>>>(pp);
+  }
   if (Status s = launch_error("block_pool"); s != Status::Ok) return s;
-  key_smooth_kernel<<<dim3(unsigned(p.heads), unsigned(p.batch)), threads, 0, st>>>(pp);
-  if (Status s = launch_error("key_smooth"); s != Status::Ok) return s;
+  char* const ws = static_cast<char*>(workspace);
+  float* const kmean = reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) +
+                                                align256(bh * size_t(KB) * d * 4) +
+                                                align256(bh * size_t(QB) * size_t(KB) * 4));
+  key_mean_kernel<<<dim3(unsigned((p.head_dim + 31) / 32), unsigned(bh)), 32 * kMeanGroups, 0, st>>>(pp, kmean);
+  if (Status s = launch_error("key_mean"); s != Status::Ok) return s;
+
+  ScoreParams sp;
+  sp.pq = pp.pq;
+  sp.pk = pp.pk;
+  sp.kmean = kmean;
+  sp.scores = reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) + align256(bh * size_t(KB) * d * 4));
+  sp.len = int(p.len);
+  sp.block_k = pp.block_k;
+  sp.dim = int(p.head_dim);
+  sp.qblocks = int(QB);
+  sp.kblocks = int(KB);
+  score_kernel<<<dim3(unsigned((QB + kScoreQ - 1) / kScoreQ), unsigned((KB + kScoreK - 1) / kScoreK), unsigned(bh)),
+                 kScoreThreads, 0, st>>>(sp);
+  if (Status s = launch_error("score"); s != Status::Ok) return s;
 
   TopkParams tp;
-  tp.pq = pp.pq;
-  tp.pk = pp.pk;
+  tp.scores = sp.scores;
   tp.heads = int(p.heads);
-  tp.dim = int(p.head_dim);
   tp.qblocks = int(QB);
   tp.kblocks = int(KB);
   int sort_size = 1;
@@ -206,7 +343,7 @@ Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, 
   tp.n_sel = int(sla_selected_blocks(p.topk, KB));
   tp.lut = lut;
   tp.map = block_map;
-  const size_t smem = size_t(sort_size) * 8 + d * 4;
+  const size_t smem = size_t(sort_size) * 8;
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess)

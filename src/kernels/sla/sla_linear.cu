@@ -34,7 +34,7 @@ using namespace sla_device;
 constexpr int kTile = 64;        // tokens per K/V tile in kv_partial
 constexpr int kApplyRows = 128;  // tokens per CTA in linear_apply
 constexpr int kApplyThreads = 256;
-constexpr int64_t kTargetCtas = 512;  // kv_partial CTAs to aim for (a few waves on 132 SMs)
+constexpr int64_t kTargetCtas = 1024;  // kv_partial CTAs to aim for (2-3 waves of 3 CTAs per SM on 132 SMs)
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
