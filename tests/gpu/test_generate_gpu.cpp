@@ -142,7 +142,8 @@ TEST(GenerateGpu, OffloadPoliciesSameFramesLowerPeak) {
   ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
   // Tiny models fit on any GPU: auto keeps everything resident.
   EXPECT_NE(automatic.out.find("\"offload\": \"none\""), std::string::npos) << automatic.out;
-  EXPECT_NE(model.out.find("offload high_noise_dit, upload low_noise_dit"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("offload high_noise_dit, stage low_noise_dit, upload low_noise_dit"), std::string::npos)
+      << model.out;
   EXPECT_EQ(none.out.find("offload "), std::string::npos) << none.out;
   for (int k = 0; k < 2; ++k) {
     int worst = 0;
