@@ -25,8 +25,11 @@
 //          the largest model plus its working set.
 //   auto   none when the models used after the text encoder, plus the
 //          working-set estimate, fit in the GPU's free memory, else model.
-// Models run on the host (the VAE, whose CUDA path is not there yet, or
-// everything with --device cpu) only take part through load and release.
+// A model outside `gpu` (the VAE with --vae-device cpu) only takes part
+// through load and release. With --device cpu, generate plans as if the host
+// were the GPU (the same plan as on CUDA; its moves share host memory), so the
+// plan and its trace are tested on the CPU. The VAE is read before the text
+// stage (it sizes the latent): its load / stage moves have nothing left to do.
 #pragma once
 #include <cstddef>
 #include <set>
