@@ -215,6 +215,22 @@ int main(int argc, char** argv) {
         }
       }
       if (st != Status::Ok) r[key + "_error"] = td::kernels::attention_last_error();
+      if (sm90 && st == Status::Ok) {
+        // The sm_90a dense kernel without its intra-warpgroup overlap, for comparison.
+        setenv("TURBODIFF_SAGE_SM90_OVERLAP", "0", 1);
+        run(0);
+        if (st == Status::Ok) {
+          const td::bench::Timing t = td::bench::time_cuda(run, stream, 1, reps_for(time_once(run, stream), 300.0));
+          if (st == Status::Ok) {
+            record("sage_sm90_nooverlap", t);
+            if (r.contains("cudnn_ms"))
+              r["sage_sm90_nooverlap_vs_cudnn_rel_l2_first_1M"] =
+                  rel_l2_sample(o_flash, o_cudnn, std::min<size_t>(nq, size_t(1) << 20));
+          }
+        }
+        unsetenv("TURBODIFF_SAGE_SM90_OVERLAP");
+        if (st != Status::Ok) r["sage_sm90_nooverlap_error"] = td::kernels::attention_last_error();
+      }
       if (run_sparse && s.len_q == s.len_kv && st == Status::Ok) {
         const int64_t bq = sm90 ? 64 : 128, bk = sm90 ? 128 : 64;
         const int64_t QB = (s.len_q + bq - 1) / bq, KB = (s.len_kv + bk - 1) / bk;

@@ -25,6 +25,7 @@
 // K-smoothing correction.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -205,6 +206,40 @@ __global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p)
     return;
   }
   blk -= nk;
+  if (p.v_fp8) {
+    // e4m3 Vᵀ [B·H, D, lk_pad], keys permuted within each 32-key group.
+    __shared__ __align__(16) uint8_t s_vt[D][64];
+    const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head + chunk * 8;
+    const float* vinv = p.vinv + bh * D + chunk * 8;
+    float sc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sc[i] = vinv[i];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int r = j * kRows + rsub, t = blk * 64 + r;
+      float x[8];
+      if (t < p.len_kv) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(vg + int64_t(t) * p.vs.token);
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = __bfloat162float(e[i]) * sc[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = 0.f;
+      }
+      const int pos = (r / 32) * 32 + v_fp8_position(r % 32);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        s_vt[chunk * 8 + i][pos] = uint8_t(__nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, __NV_E4M3));
+    }
+    __syncthreads();
+    for (int idx = tid; idx < D * 4; idx += kPrepThreads) {
+      const int c = idx / 4, q = idx % 4;
+      *reinterpret_cast<uint4*>(p.v8 + (bh * D + c) * p.lk_pad + blk * 64 + q * 16) =
+          *reinterpret_cast<const uint4*>(&s_vt[c][q * 16]);
+    }
+    return;
+  }
   {
     const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head + chunk * 8;
     const float* vinv = p.vinv + bh * D + chunk * 8;
@@ -641,7 +676,7 @@ Status run_stats(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream
   return Status::Ok;
 }
 
-Status run_quant_portable(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream) {
+Status run_quant(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream) {
   const dim3 grid(unsigned(pp.lq_pad / 64 + 2 * (pp.lk_pad / 64)), unsigned(p.heads), unsigned(p.batch));
   if (p.head_dim == 64) quant_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp);
   else quant_kernel<128><<<grid, kPrepThreads, 0, stream>>>(pp);
@@ -681,13 +716,12 @@ Status run_portable_attention(const AttnParams& ap, const AttnProblem& p, const 
   return p.head_dim == 64 ? run_portable<64>(ap, p, sp, stream) : run_portable<128>(ap, p, sp, stream);
 }
 
-#if !TD_SAGE_SM90_KERNEL
+#if !TURBODIFF_HAVE_SM90
 // No sm_90a kernel in this build: Auto picks the portable kernel.
 bool sm90_available() { return false; }
 Status sm90_supports(const AttnProblem&, const SageSparse*) {
   return detail::attn_fail(Status::Unsupported, "sage_attention: the sm_90a kernel is not in this build");
 }
-Status sm90_quant(const PrepParams&, const AttnProblem&, cudaStream_t) { return sm90_supports({}, nullptr); }
 Status sm90_attention(const AttnParams&, const AttnProblem&, const SageSparse*, cudaStream_t) {
   return sm90_supports({}, nullptr);
 }
@@ -772,14 +806,12 @@ Status sage_attention_cuda(const AttnProblem& p, const void* q, const void* k, c
                                                   std::to_string(l.total) + " bytes, got " +
                                                   std::to_string(workspace_bytes));
   const auto st = static_cast<cudaStream_t>(stream);
-  const sage::PrepParams pp = sage::prep_params(p, l, q, k, v, workspace);
+  sage::PrepParams pp = sage::prep_params(p, l, q, k, v, workspace);
+  pp.v_fp8 = be == SageBackend::Sm90;
   if (Status s = sage::run_stats(pp, p, st); s != Status::Ok) return s;
+  if (Status s = sage::run_quant(pp, p, st); s != Status::Ok) return s;
   const sage::AttnParams ap = sage::attn_params(p, pp, o, lse, sparse);
-  if (be == SageBackend::Sm90) {
-    if (Status s = sage::sm90_quant(pp, p, st); s != Status::Ok) return s;
-    return sage::sm90_attention(ap, p, sparse, st);
-  }
-  if (Status s = sage::run_quant_portable(pp, p, st); s != Status::Ok) return s;
+  if (be == SageBackend::Sm90) return sage::sm90_attention(ap, p, sparse, st);
   return sage::run_portable_attention(ap, p, sparse, st);
 }
 

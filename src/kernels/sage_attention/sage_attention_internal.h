@@ -41,6 +41,7 @@ struct PrepParams {
   uint8_t* ki8 = nullptr;    // [B·H, lk_pad, D]
   __half* v16 = nullptr;     // [B·H, lk_pad, D]   (portable)
   uint8_t* v8 = nullptr;     // [B·H, D, lk_pad]   (sm_90a), same bytes as v16
+  int v_fp8 = 0;             // write v8 (e4m3 Vᵀ, keys permuted per 32) instead of v16
 };
 
 struct AttnParams {
@@ -65,10 +66,20 @@ PrepParams prep_params(const AttnProblem& p, const Layout& l, const void* q, con
 AttnParams attn_params(const AttnProblem& p, const PrepParams& pp, void* o, float* lse, const SageSparse* sp);
 Status run_stats(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream);
 
+// The quantize launch (after run_stats): Q, K, and V as v16 or v8 per pp.v_fp8.
+Status run_quant(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream);
+
+// Position of key k (0..31) of a 32-key group in the sm_90a Vᵀ layout: the
+// S accumulator of wgmma holds keys {2t, 2t+1, 2t+8, 2t+9} (+16) where the
+// P̃·V A fragment expects k = 4t .. 4t+3 (+16).
+__host__ __device__ inline int v_fp8_position(int k) {
+  const int half = k / 16, r = k % 16;
+  return r < 8 ? half * 16 + 4 * (r / 2) + r % 2 : half * 16 + 4 * ((r - 8) / 2) + 2 + (r - 8) % 2;
+}
+
 // sm_90a (sage_attention_sm90.cu when built for 90a).
 bool sm90_available();
 Status sm90_supports(const AttnProblem& p, const SageSparse* sp);
-Status sm90_quant(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream);
 Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream);
 
 }  // namespace td::kernels::sage

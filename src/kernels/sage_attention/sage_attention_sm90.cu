@@ -1,0 +1,473 @@
+// SageAttention on Hopper (sm_90a): INT8 wgmma for Q·Kᵀ, FP8-e4m3 wgmma for
+// P̃·V with P̃ from registers, TMA loads, warp-specialized, two-level fp32
+// accumulation of P̃·V. Quantization (sage_attention.cu's pre-pass) writes Q
+// and K as INT8 rows and V as e4m3 Vᵀ [B·H, D, Lk_pad] with the keys of every
+// 32-key group permuted, so that the S accumulator registers are the A
+// fragment of P̃·V without any shuffle (see perm in sage_attention.cu).
+//
+// CTA: warpgroup 0 is the producer (one elected thread per pipe issues TMA;
+// the group gives its registers away with setmaxnreg), warpgroups 1 and 2 are
+// consumers, each owning 64 query rows.
+//   dense   one K/V pipe shared by both consumers (128 query rows per CTA), 4 stages
+//   sparse  one pipe per consumer (each 64-row query block has its own LUT row), 2 stages each
+// Per 128-key tile and consumer:
+//   S = Q·Kᵀ      wgmma m64n128k32 s8 (D/32 of them), INT32 in registers
+//   dequant       float(S)·(sq·scale·log2 e)·sk (sk per 64 keys)
+//   softmax       running max m; P̃ = exp2(S - m + log2 448) in [0, 448]; row sums in fp32
+//   O_tmp = P̃·V   wgmma m64nDk32 e4m3 (4 of them) into a fresh fp32 buffer
+//   O = O·α + O_tmp  on the CUDA cores (the second accumulation level)
+// Epilogue: O·sv/l to BF16 with 4-byte stores, LSE with the K-smoothing correction.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cutlass.h"
+#include "kernels/sage_attention/sage_attention_internal.h"
+
+namespace td::kernels::sage {
+namespace {
+
+using namespace cute;
+
+constexpr int kBQ = 64;    // query rows per consumer warpgroup
+constexpr int kBK = 128;   // keys per tile
+constexpr int kThreads = 384;
+
+template <int D>
+struct Sm90Traits {
+  using QKAtom = std::conditional_t<D == 128, GMMA::Layout_K_SW128_Atom<int8_t>, GMMA::Layout_K_SW64_Atom<int8_t>>;
+  using VAtom = GMMA::Layout_K_SW128_Atom<float_e4m3_t>;  // Vᵀ rows are 128 keys = 128 bytes
+  using SmemQ = decltype(tile_to_shape(QKAtom{}, make_shape(Int<kBQ>{}, Int<D>{}, Int<2>{})));
+  template <int S>
+  using SmemK = decltype(tile_to_shape(QKAtom{}, make_shape(Int<kBK>{}, Int<D>{}, Int<S>{})));
+  template <int S>
+  using SmemV = decltype(tile_to_shape(VAtom{}, make_shape(Int<D>{}, Int<kBK>{}, Int<S>{})));
+  using MmaQK = decltype(make_tiled_mma(SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN{}));
+  using MmaPV = decltype(make_tiled_mma(std::conditional_t<D == 128, SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>,
+                                                           SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>>{}));
+  using GmemLayout = cute::Layout<Shape<int, int>, Stride<int64_t, _1>>;
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
+                                      SmemQ{}(_, _, 0)));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
+                                      SmemK<1>{}(_, _, 0)));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                      make_tensor(make_gmem_ptr(static_cast<const float_e4m3_t*>(nullptr)), GmemLayout{}),
+                                      SmemV<1>{}(_, _, 0)));
+};
+
+// kPipes = 1: dense (both consumers read every stage); 2: sparse (one pipe per consumer).
+template <int D, int kPipes>
+struct Sm90Config {
+  using T = Sm90Traits<D>;
+  static constexpr int kStages = kPipes == 1 ? 4 : 2;
+  static constexpr int kAllStages = kStages * kPipes;
+  using SmemK = typename T::template SmemK<kAllStages>;
+  using SmemV = typename T::template SmemV<kAllStages>;
+  struct Shared {
+    alignas(1024) int8_t q[cosize_v<typename T::SmemQ>];
+    alignas(1024) int8_t k[cosize_v<SmemK>];
+    alignas(1024) float_e4m3_t v[cosize_v<SmemV>];
+    alignas(8) uint64_t q_full[2];
+    alignas(8) uint64_t full[kAllStages];
+    alignas(8) uint64_t empty[kAllStages];
+  };
+  static constexpr uint32_t kQBytes = kBQ * D;
+  static constexpr uint32_t kStageBytes = 2 * kBK * D;  // K (INT8) and Vᵀ (e4m3)
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two floats to two e4m3 bytes (RN, saturating to ±448): lo in the low byte.
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// kOverlap: inside each consumer warpgroup, P̃·V of tile j runs on the tensor
+// cores while the softmax of tile j+1 runs (the loop is peeled: ptxas
+// serializes the wgmmas (C7514) when the last iteration is a branch inside it).
+// It needs ~230 live registers at head_dim 128 (S, O, O_tmp, P̃): ptxas keeps
+// the 168 of launch_bounds(384, 1) and spills (~100 bytes dense, ~700 sparse),
+// so the dense path takes it (unless TURBODIFF_SAGE_SM90_OVERLAP=0) and the
+// sparse path runs the plain sequence.
+template <int D, int kPipes, bool kOverlap>
+__global__ void __launch_bounds__(kThreads, 1)
+    sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
+                     const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
+                     const __grid_constant__ typename Sm90Traits<D>::TmaV tma_v) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Sm90Traits<D>;
+  using C = Sm90Config<D, kPipes>;
+  constexpr int kStages = C::kStages;
+  constexpr bool kSparse = kPipes == 2;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int bh = b * p.heads + h;
+  const int n_ktiles = (p.len_kv + kBK - 1) / kBK;
+  // Query block (64 rows) of consumer c; whether it exists.
+  auto qblock_of = [&](int c) { return 2 * int(blockIdx.x) + c; };
+  auto qblock_valid = [&](int c) { return qblock_of(c) * kBQ < p.len_q; };
+  // Tiles of pipe `pipe`: count and the j-th tile (-1: none, e.g. a bad LUT entry).
+  auto n_tiles_of = [&](int pipe) { return kSparse ? (qblock_valid(pipe) ? p.n_sel : 0) : n_ktiles; };
+  auto tile_at = [&](int pipe, int j) -> int {
+    if constexpr (!kSparse) {
+      return j;
+    } else {
+      const int t = __ldg(p.lut + (int64_t(bh) * p.n_qblocks + qblock_of(pipe)) * p.n_sel + j);
+      return (t < 0 || t >= n_ktiles) ? -1 : t;
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < 2; ++c) cutlass::arch::ClusterTransactionBarrier::init(&sh.q_full[c], 1);
+    for (int s = 0; s < C::kAllStages; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&sh.full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&sh.empty[s], kSparse ? 4 : 8);  // consumer warps reading the stage
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if (warp == 0 && lane == 0) {
+    cute::prefetch_tma_descriptor(tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(tma_v.get_tma_descriptor());
+  }
+  __syncthreads();
+
+  Tensor sQ = make_tensor(make_smem_ptr(sh.q), typename T::SmemQ{});
+  Tensor sK = make_tensor(make_smem_ptr(sh.k), typename C::SmemK{});
+  Tensor sV = make_tensor(make_smem_ptr(sh.v), typename C::SmemV{});
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (warp < kPipes && cute::elect_one_sync()) {
+      const int pipe = warp;
+      const int BH = int(gridDim.z * gridDim.y);
+      Tensor mQ = tma_q.get_tma_tensor(make_shape(BH * p.lq_pad, D));
+      Tensor mK = tma_k.get_tma_tensor(make_shape(BH * p.lk_pad, D));
+      Tensor mV = tma_v.get_tma_tensor(make_shape(BH * D, p.lk_pad));
+      Tensor gQ = local_tile(mQ, make_shape(Int<kBQ>{}, Int<D>{}), make_coord(_, 0));   // (64, D, q-tiles)
+      Tensor gK = local_tile(mK, make_shape(Int<kBK>{}, Int<D>{}), make_coord(_, 0));   // (128, D, k-tiles)
+      Tensor gV = local_tile(mV, make_shape(Int<D>{}, Int<kBK>{}), make_coord(bh, _));  // (D, 128, k-tiles)
+      auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      // Q of the consumer(s) this pipe feeds.
+      for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
+        if (kSparse && !qblock_valid(c)) continue;  // its consumer exits at once
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
+        copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(c)), tQs(_, c));
+      }
+      const int n = n_tiles_of(pipe);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int j = 0; j < n; ++j) {
+        const int t = tile_at(pipe, j);
+        const int s = pipe * kStages + stage;
+        cutlass::arch::ClusterBarrier::wait(&sh.empty[s], phase ^ 1);
+        // A LUT entry outside [0, KB) loads tile 0: the consumer ignores its
+        // scores, but P̃·V (with P̃ = 0) must read finite values.
+        const int tl = t >= 0 ? t : 0;
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
+        copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
+        copy(tma_v.with(sh.full[s]), tVg(_, tl), tVs(_, s));
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    cutlass::arch::warpgroup_reg_alloc<240>();
+    const int c = wg - 1;
+    const int pipe = kSparse ? c : 0;
+    const int tid = threadIdx.x - 128 * wg;  // 0..127 within the warpgroup
+    // Sparse: a query block past len_q (odd count) has no LUT row; its pipe loads
+    // nothing. Dense: both consumers share the pipe's barriers, so both run
+    // (rows past len_q are zero padding and are not stored).
+    if (kSparse && !qblock_valid(c)) return;
+    const int q0 = qblock_of(c) * kBQ;
+
+    typename T::MmaQK mma_qk;
+    typename T::MmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(tid);
+    auto thr_pv = mma_pv.get_thread_slice(tid);
+    Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ));  // descriptors (.., .., k, 2)
+    Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));  // (.., .., k, stages)
+    Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sV));
+    Tensor acc_s = partition_fragment_C(mma_qk, make_shape(Int<kBQ>{}, Int<kBK>{}));  // int32 ((2,2,16),1,1)
+    Tensor acc_o = partition_fragment_C(mma_pv, make_shape(Int<kBQ>{}, Int<D>{}));    // fp32 ((2,2,D/8),1,1)
+    Tensor acc_t = partition_fragment_C(mma_pv, make_shape(Int<kBQ>{}, Int<D>{}));
+    Tensor tOrP = thr_pv.partition_fragment_A(
+        make_tensor(make_smem_ptr(static_cast<float_e4m3_t*>(nullptr)), cute::Layout<Shape<Int<kBQ>, Int<kBK>>>{}));
+    static_assert(size(tOrP) == kBK * kBQ / 128, "P fragment: 64 e4m3 values per thread");
+    uint32_t* preg = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+
+    // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
+    const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
+    const int64_t row_lo = int64_t(bh) * p.lq_pad + q0 + wrow;
+    const float qs_lo = __ldg(p.qscale + row_lo), qs_hi = __ldg(p.qscale + row_lo + 8);
+    const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
+
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) acc_o(i) = 0.f;
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+    constexpr float kLog2_448 = 8.807354922057604f;
+
+    cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
+    const int n = n_tiles_of(pipe);
+    auto stage_of = [&](int j) { return pipe * kStages + j % kStages; };
+    auto phase_of = [&](int j) { return uint32_t((j / kStages) & 1); };
+
+    // S = Q·Kᵀ of the j-th tile into acc_s (issued, not waited for).
+    auto issue_qk = [&](int j) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.full[stage_of(j)], phase_of(j));
+      warpgroup_fence_operand(acc_s);
+      warpgroup_arrive();
+      mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
+        cute::gemm(mma_qk, tSrQ(_, _, kk, c), tSrK(_, _, kk, stage_of(j)), acc_s);
+        mma_qk.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+    };
+
+    // Online softmax of the tile in acc_s (tile index t, -1 = none): P̃ into sf,
+    // running max and row sums updated; returns the O rescale factors.
+    float sf[kBK / 2];
+    auto softmax = [&](int t, float& alpha_lo, float& alpha_hi) {
+      if (t < 0) {  // a LUT entry outside [0, KB): no keys, nothing changes
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; ++i) sf[i] = 0.f;
+        alpha_lo = alpha_hi = 1.f;
+        return;
+      }
+      const float ks0 = __ldg(kscale + 2 * t), ks1 = __ldg(kscale + 2 * t + 1);
+      const int valid = p.len_kv - t * kBK;
+      // Dequantization factor per (row half, column half); 1 in a partial tile,
+      // whose masked scores are scaled (and set to -inf) first.
+      float c_lo0 = qs_lo * ks0, c_lo1 = qs_lo * ks1, c_hi0 = qs_hi * ks0, c_hi1 = qs_hi * ks1;
+      if (valid >= kBK) {
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; ++i) {
+          const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
+          const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
+          sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
+        }
+        c_lo0 = c_lo1 = c_hi0 = c_hi1 = 1.f;
+      }
+      float a_lo0 = -INFINITY, a_lo1 = -INFINITY, a_hi0 = -INFINITY, a_hi1 = -INFINITY;
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 4; i += 4) {
+        a_lo0 = fmaxf(a_lo0, fmaxf(sf[i], sf[i + 1]));
+        a_hi0 = fmaxf(a_hi0, fmaxf(sf[i + 2], sf[i + 3]));
+        a_lo1 = fmaxf(a_lo1, fmaxf(sf[i + kBK / 4], sf[i + kBK / 4 + 1]));
+        a_hi1 = fmaxf(a_hi1, fmaxf(sf[i + kBK / 4 + 2], sf[i + kBK / 4 + 3]));
+      }
+      // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
+      // half (partial tile) has c = 1.
+      float mx_lo = fmaxf(a_lo0 * c_lo0, a_lo1 * c_lo1), mx_hi = fmaxf(a_hi0 * c_hi0, a_hi1 * c_hi1);
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+      const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+      alpha_lo = fast_exp2(m_lo - mn_lo);
+      alpha_hi = fast_exp2(m_hi - mn_hi);
+      m_lo = mn_lo;
+      m_hi = mn_hi;
+      const float sh_lo = mn_lo - kLog2_448, sh_hi = mn_hi - kLog2_448;
+      float sum_lo = 0.f, sum_hi = 0.f;
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 2; i += 4) {
+        const float cl = i < kBK / 4 ? c_lo0 : c_lo1, ch = i < kBK / 4 ? c_hi0 : c_hi1;
+        sf[i] = fast_exp2(fmaf(sf[i], cl, -sh_lo));
+        sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -sh_lo));
+        sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -sh_hi));
+        sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -sh_hi));
+        sum_lo += sf[i] + sf[i + 1];
+        sum_hi += sf[i + 2] + sf[i + 3];
+      }
+      l_lo = l_lo * alpha_lo + sum_lo;
+      l_hi = l_hi * alpha_hi + sum_hi;
+    };
+
+    // Software pipeline per warpgroup: while P̃·V of tile j runs on the tensor
+    // cores, Q·Kᵀ of tile j+1 has completed and its softmax runs on the CUDA cores.
+    float alpha_lo, alpha_hi;
+    issue_qk(0);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_s);
+    softmax(tile_at(pipe, 0), alpha_lo, alpha_hi);
+    // P̃ (in sf) to e4m3 in the A-fragment order: k-step ks covers n-chunks
+    // 4ks .. 4ks+3; a0 = row g of chunks 4ks, 4ks+1; a1 = row g+8 of them;
+    // a2, a3 = chunks 4ks+2, 4ks+3.
+    auto pack_p = [&]() {
+      CUTE_UNROLL
+      for (int ks = 0; ks < kBK / 32; ++ks) {
+        const int b0 = 16 * ks;  // first value of chunk 4ks
+        preg[4 * ks + 0] = e4m3x2(sf[b0 + 0], sf[b0 + 1]) | (e4m3x2(sf[b0 + 4], sf[b0 + 5]) << 16);
+        preg[4 * ks + 1] = e4m3x2(sf[b0 + 2], sf[b0 + 3]) | (e4m3x2(sf[b0 + 6], sf[b0 + 7]) << 16);
+        preg[4 * ks + 2] = e4m3x2(sf[b0 + 8], sf[b0 + 9]) | (e4m3x2(sf[b0 + 12], sf[b0 + 13]) << 16);
+        preg[4 * ks + 3] = e4m3x2(sf[b0 + 10], sf[b0 + 11]) | (e4m3x2(sf[b0 + 14], sf[b0 + 15]) << 16);
+      }
+    };
+    // O_tmp = P̃·V of tile j into a fresh buffer (issued, not waited for).
+    auto issue_pv = [&](int j) {
+      warpgroup_fence_operand(acc_t);
+      warpgroup_arrive();
+      mma_pv.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(tOrP); ++kk) {
+        cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
+        mma_pv.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+    };
+    // After P̃·V of tile j completed: the second accumulation level, O = O·α + O_tmp
+    // in fp32 on the CUDA cores; K and V of tile j are released.
+    auto finish_tile = [&](int j, float a_lo, float a_hi) {
+      warpgroup_fence_operand(acc_t);
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_o); ++i) acc_o(i) = fmaf(acc_o(i), (i & 2) ? a_hi : a_lo, acc_t(i));
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
+    };
+    if constexpr (kOverlap) {
+      // While P̃·V of tile j runs on the tensor cores, Q·Kᵀ of tile j+1 has
+      // completed and its softmax runs on the CUDA cores.
+      for (int j = 0; j < n - 1; ++j) {
+        pack_p();
+        issue_qk(j + 1);
+        issue_pv(j);
+        warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
+        warpgroup_fence_operand(acc_s);
+        float next_lo, next_hi;
+        softmax(tile_at(pipe, j + 1), next_lo, next_hi);
+        warpgroup_wait<0>();
+        finish_tile(j, alpha_lo, alpha_hi);
+        alpha_lo = next_lo;
+        alpha_hi = next_hi;
+      }
+      pack_p();
+      issue_pv(n - 1);
+      warpgroup_wait<0>();
+      finish_tile(n - 1, alpha_lo, alpha_hi);
+    } else {
+      for (int j = 0; j < n; ++j) {
+        pack_p();
+        issue_pv(j);
+        warpgroup_wait<0>();
+        finish_tile(j, alpha_lo, alpha_hi);
+        if (j + 1 < n) {
+          issue_qk(j + 1);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc_s);
+          softmax(tile_at(pipe, j + 1), alpha_lo, alpha_hi);
+        }
+      }
+    }
+
+    // ---- epilogue ----
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
+    const float* vscale = p.vscale + int64_t(bh) * D;
+    const int r_lo = q0 + wrow, r_hi = r_lo + 8;
+    __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); i += 2) {
+      const int col = (i / 4) * 8 + 2 * tq;
+      const bool hi = (i & 2) != 0;
+      const int row = hi ? r_hi : r_lo;
+      if (row >= p.len_q) continue;
+      const float inv = hi ? inv_hi : inv_lo;
+      const float2 vs = __ldg(reinterpret_cast<const float2*>(vscale + col));
+      *reinterpret_cast<__nv_bfloat162*>(og + int64_t(row) * p.os.token + col) =
+          __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
+    }
+    if (p.lse != nullptr && tq == 0) {
+      constexpr float kLn2 = 0.69314718055994531f;
+      float* lse = p.lse + int64_t(bh) * p.len_q;
+      if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_lo];
+      if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_hi];
+    }
+  }
+#endif
+}
+
+template <int D, int kPipes, bool kOverlap>
+Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
+  using T = Sm90Traits<D>;
+  using C = Sm90Config<D, kPipes>;
+  using GL = typename T::GmemLayout;
+  const int BH = int(pr.batch * pr.heads);
+  const GL lq(make_shape(BH * int(ap.lq_pad), D), make_stride(int64_t(D), _1{}));
+  const GL lk(make_shape(BH * int(ap.lk_pad), D), make_stride(int64_t(D), _1{}));
+  const GL lv(make_shape(BH * D, int(ap.lk_pad)), make_stride(int64_t(ap.lk_pad), _1{}));
+  auto tma_q = make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(reinterpret_cast<const int8_t*>(ap.qi8)), lq),
+                             typename T::SmemQ{}(_, _, 0));
+  auto tma_k = make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(reinterpret_cast<const int8_t*>(ap.ki8)), lk),
+                             typename T::template SmemK<1>{}(_, _, 0));
+  auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
+                             make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
+                             typename T::template SmemV<1>{}(_, _, 0));
+  auto kernel = sage_sm90_kernel<D, kPipes, kOverlap>;
+  const int smem = int(sizeof(typename C::Shared));
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess)
+    return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
+                                                       std::to_string(smem) + " bytes: " + cudaGetErrorString(e));
+  const dim3 grid{unsigned(ap.lq_pad / (2 * kBQ)), unsigned(pr.heads), unsigned(pr.batch)};
+  kernel<<<grid, kThreads, smem, stream>>>(ap, tma_q, tma_k, tma_v);
+  e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): launch failed: ") + cudaGetErrorString(e));
+  return Status::Ok;
+}
+
+}  // namespace
+
+bool sm90_available() { return true; }
+
+Status sm90_supports(const AttnProblem& p, const SageSparse* sp) {
+  if (sp && (sp->block_q != 64 || sp->block_k != 128))
+    return detail::attn_fail(Status::Unsupported, "sage_attention (sm90): block-sparse mode takes 64x128 (q x k) blocks, got " +
+                                                      std::to_string(sp->block_q) + "x" + std::to_string(sp->block_k));
+  if (p.batch * p.heads * ((p.len_kv + 127) / 128 * 128) > (int64_t(1) << 31) - 1 ||
+      p.batch * p.heads * ((p.len_q + 127) / 128 * 128) > (int64_t(1) << 31) - 1)
+    return detail::attn_fail(Status::Unsupported, "sage_attention (sm90): B·H·L must stay below 2^31 (TMA coordinates)");
+  return Status::Ok;
+}
+
+Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
+  const char* env = std::getenv("TURBODIFF_SAGE_SM90_OVERLAP");  // read per call: the bench toggles it
+  const bool overlap = !(env && env[0] == '0');
+  if (p.head_dim == 128) {
+    if (sp) return launch<128, 2, false>(ap, p, stream);
+    return overlap ? launch<128, 1, true>(ap, p, stream) : launch<128, 1, false>(ap, p, stream);
+  }
+  if (sp) return launch<64, 2, false>(ap, p, stream);
+  return overlap ? launch<64, 1, true>(ap, p, stream) : launch<64, 1, false>(ap, p, stream);
+}
+
+}  // namespace td::kernels::sage
