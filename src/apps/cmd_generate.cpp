@@ -138,7 +138,7 @@ int run_generate(GenerateOptions& g) {
     seeds_json += "]";
     std::printf(
         "{\"mode\": \"%s\", \"output\": \"%s\", \"outputs\": %s, \"frames\": %lld, \"width\": %lld, "
-        "\"height\": %lld, \"fps\": %d, \"seed\": %llu, \"seeds\": %s, \"num_samples\": %lld, "
+        "\"height\": %lld, \"fps\": %d, \"seed\": %llu, \"seeds\": %s, \"num_samples\": %lld, \"sample_batch\": %lld, "
         "\"sampler\": \"%s\", \"steps\": %d, \"step_experts\": %s, \"boundary\": %g, \"device\": \"%s\", "
         "\"dtype\": \"%s\", \"attention\": \"%s\", \"offload\": \"%s\", \"residency\": %s, "
         "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"image\": \"%s\", \"image_size\": [%lld, %lld], "
@@ -149,7 +149,8 @@ int run_generate(GenerateOptions& g) {
         "\"peak_gpu_bytes\": %zu}\n",
         r.mode.c_str(), json_escape(o.output).c_str(), json_strings(r.outputs).c_str(), (long long)r.frames,
         (long long)r.width, (long long)r.height, o.fps, (unsigned long long)o.seed, seeds_json.c_str(),
-        (long long)o.num_samples, g.sampler.c_str(), g.sampler == "rcm" ? o.num_steps : o.steps,
+        (long long)o.num_samples, (long long)(o.sample_batch == 0 ? o.num_samples : std::min(o.sample_batch, o.num_samples)),
+        g.sampler.c_str(), g.sampler == "rcm" ? o.num_steps : o.steps,
         json_strings(r.step_experts).c_str(), o.boundary, o.device.str().c_str(), dtype_name(o.dtype),
         g.attention.c_str(), pipeline::offload_policy_name(r.offload), json_strings(r.residency).c_str(),
         (long long)r.prompt_tokens, shape_str(r.latent_shape).c_str(), json_escape(o.image).c_str(),
@@ -210,6 +211,8 @@ void register_generate(CLI::App& app, Commands& cmds) {
   sub->add_option("--seed", o.seed, "seed of the latent noise (Philox: the same video on any machine)");
   sub->add_option("--num-samples", o.num_samples, "videos per prompt, seeds seed, seed+1, ...; N > 1 writes "
                                                  "out_0.mp4, out_1.mp4, ... (f_%04d_0.png, ... for frames)");
+  sub->add_option("--sample-batch", o.sample_batch, "samples per DiT batch (default 1: one after another; 0 = all "
+                                                   "at once); the videos do not depend on it");
   sub->add_option("--num-frames", o.num_frames, "frames, 4k+1 (default 81)");
   sub->add_option("--resolution", g->resolution, "480p or 720p (default 480p; I2V 720p)")->check(CLI::IsMember({"480p", "720p"}));
   sub->add_option("--aspect-ratio", g->aspect_ratio, "16:9, 9:16, 4:3 or 1:1")

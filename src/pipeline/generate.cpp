@@ -1,6 +1,7 @@
 #include "pipeline/generate.h"
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "models/wan/wan_loader.h"
 #include "models/wan_vae/wan_vae.h"
 #include "pipeline/image_condition.h"
+#include "sampling/noise.h"
 #include "sampling/samplers.h"
 
 namespace td::pipeline {
@@ -159,6 +161,20 @@ class Residency {
   size_t next_ = 0;
 };
 
+// [1, ...] -> [n, ...] (the same rows n times), on `device`; `one` is the
+// single-row tensor already there (returned as it is when n == 1).
+Tensor repeat_batch(const Tensor& host, int64_t n, const Tensor& one, Device device) {
+  if (n == 1) return one;
+  const Tensor src = host.contiguous();
+  Shape shape = src.shape();
+  shape[0] = n;
+  Tensor out = Tensor::empty(shape, src.dtype());
+  const size_t bytes = src.nbytes();
+  for (int64_t k = 0; k < n; ++k)
+    std::memcpy(static_cast<char*>(out.raw_data()) + size_t(k) * bytes, src.raw_data(), bytes);
+  return device.is_cuda() ? out.to(device) : out;
+}
+
 // Peak GPU memory of one stage (reset at its start) and of the run.
 struct PeakMeter {
   bool cuda = false;
@@ -218,6 +234,8 @@ std::vector<bool> flow_high_noise_steps(const sampling::FlowSchedule& s, double 
 
 void validate_generate_options(const GenerateOptions& o) {
   TD_CHECK(o.num_samples >= 1, Usage, "--num-samples ", o.num_samples, ": expected 1 or more videos");
+  TD_CHECK(o.sample_batch >= 0, Usage, "--sample-batch ", o.sample_batch,
+           ": expected the number of samples per DiT batch (0 = all of them)");
   TD_CHECK(o.num_frames >= 1 && (o.num_frames - 1) % 4 == 0, Usage, "--num-frames ", o.num_frames,
            ": expected 4k+1 frames (the VAE makes 4 frames per latent after the first), e.g. ",
            o.num_frames < 1 ? 1 : (o.num_frames - 1) / 4 * 4 + 1, " or ", ((o.num_frames - 1) / 4 + 1) * 4 + 1);
@@ -373,7 +391,9 @@ GenerateResult run_generate(const GenerateOptions& o) {
   // The stages and the residency plan.
   std::vector<Component> stages{Component::TextEncoder};
   if (o.i2v()) stages.push_back(Component::Vae);
-  for (int64_t k = 0; k < o.num_samples; ++k) {
+  // Per batch of samples: the experts in step order, then the VAE.
+  const int64_t batches = o.sample_batch == 0 ? 1 : (o.num_samples + o.sample_batch - 1) / o.sample_batch;
+  for (int64_t b = 0; b < batches; ++b) {
     for (size_t i = 0; i < step_expert.size(); ++i)
       if (i == 0 || step_expert[i] != step_expert[i - 1]) stages.push_back(step_expert[i]);
     stages.push_back(Component::Vae);
@@ -523,13 +543,20 @@ GenerateResult run_generate(const GenerateOptions& o) {
     r.image_s += seconds_since(t0);
   }
 
-  const Tensor ctx = cuda ? context.to(o.device) : context;
-  const Tensor neg = negative_context.defined() && cuda ? negative_context.to(o.device) : negative_context;
+  // Samples go through the DiT in batches of `batch` (one seed each).
+  const int64_t batch = o.sample_batch == 0 ? o.num_samples : std::min(o.sample_batch, o.num_samples);
+  const Tensor ctx_one = cuda ? context.to(o.device) : context;
+  const Tensor neg_one = negative_context.defined() && cuda ? negative_context.to(o.device) : negative_context;
   // The network sees the state in its run dtype (rCM's reference feeds bf16 latents and condition).
   const DType input_dtype = o.dtype == DType::BF16 ? DType::BF16 : DType::F32;
   const int total_steps = int(step_expert.size());
-  for (int64_t k = 0; k < o.num_samples; ++k) {
-    const uint64_t seed = r.seeds[size_t(k)];
+  for (int64_t first = 0; first < o.num_samples; first += batch) {
+    const int64_t n = std::min(batch, o.num_samples - first);
+    const std::vector<uint64_t> seeds(r.seeds.begin() + first, r.seeds.begin() + first + n);
+    Shape shape = r.latent_shape;
+    shape[0] = n;
+    const Tensor ctx = repeat_batch(context, n, ctx_one, o.device);
+    const Tensor neg = negative_context.defined() ? repeat_batch(negative_context, n, neg_one, o.device) : Tensor();
     // Diffusion.
     Tensor latent;
     {
@@ -546,15 +573,17 @@ GenerateResult run_generate(const GenerateOptions& o) {
             active = want;
           }
           const models::wan::WanDiT& dit = *dits.at(want).dit;
-          const Tensor t = Tensor::from_f32({1}, {float(timestep)});
+          const Tensor t = Tensor::from_f32({n}, std::vector<float>(size_t(n), float(timestep)));
           const Tensor in = o.i2v() ? concat_channels(x, y) : x;
           Tensor v = dit.forward(in.to(input_dtype), t, c);
           if (cuda) v = v.to(Device::cpu());
           return v;
         };
       };
-      ProgressBar bar(o.num_samples > 1 ? cat("diffusion ", k + 1, "/", o.num_samples) : std::string("diffusion"),
-                      total_steps, "steps");
+      const std::string label = o.num_samples == 1 ? std::string("diffusion")
+                                : n == 1            ? cat("diffusion ", first + 1, "/", o.num_samples)
+                                                    : cat("diffusion ", first + 1, "-", first + n, "/", o.num_samples);
+      ProgressBar bar(label, total_steps, "steps");
       auto on_step = [&](int, int, const Tensor&) {
         ++step;
         bar.advance();
@@ -563,7 +592,8 @@ GenerateResult run_generate(const GenerateOptions& o) {
         sampling::RcmOptions ro;
         ro.ode = o.ode;
         ro.on_step = on_step;
-        latent = sampling::rcm_sample(r.latent_shape, seed, *rcm, velocity_with(ctx), ro);
+        ro.sample_seeds = seeds;
+        latent = sampling::rcm_sample(shape, seeds[0], *rcm, velocity_with(ctx), ro);
       } else {
         sampling::GuidedVelocity model;
         model.cond = velocity_with(ctx);
@@ -572,7 +602,8 @@ GenerateResult run_generate(const GenerateOptions& o) {
         sampling::FlowOptions fo;
         fo.solver = o.sampler == SamplerKind::UniPC ? sampling::FlowSolver::UniPC : sampling::FlowSolver::Euler;
         fo.on_step = on_step;
-        latent = sampling::flow_sample(sampling::initial_noise(r.latent_shape, seed), *flow, model, fo);
+        // Stream 0 of each sample's seed: sampling::initial_noise of a one-sample run.
+        latent = sampling::flow_sample(sampling::randn_per_sample(shape, seeds, 0, DType::F64), *flow, model, fo);
       }
       if (cuda) cuda::synchronize(o.device.index);
       bar.finish();
@@ -581,25 +612,25 @@ GenerateResult run_generate(const GenerateOptions& o) {
     }
 
     // VAE decode on the VAE's device (CUDA: channels-last BF16 with cuDNN
-    // convolutions; CPU: the fp32 reference); frames come back on the host.
-    Tensor video;
-    {
-      const auto t0 = Clock::now();
-      peak.start();
-      residency.enter(Component::Vae);
-      ProgressBar bar("vae decode", 1, "videos");
-      video = vae->decode(latent, vae_run).select(0, 0).contiguous();
-      if (cuda) cuda::synchronize(o.device.index);
-      bar.finish();
-      r.peak_vae_bytes = std::max(r.peak_vae_bytes, peak.stop());
-      r.vae_s += seconds_since(t0);
-    }
-    TD_CHECK(video.shape()[1] == o.num_frames && video.shape()[2] == height && video.shape()[3] == width, Shape,
-             "the VAE ", o.vae, " decoded ", shape_str(video.shape()), ", expected [3, ", o.num_frames, ", ", height,
-             ", ", width, "]");
-
-    // Encode and write.
-    {
+    // convolutions; CPU: the fp32 reference), one sample at a time; frames
+    // come back on the host. Then encode and write each.
+    residency.enter(Component::Vae);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = first + j;
+      Tensor video;
+      {
+        const auto t0 = Clock::now();
+        peak.start();
+        ProgressBar bar("vae decode", 1, "videos");
+        video = vae->decode(latent.slice(0, j, j + 1), vae_run).select(0, 0).contiguous();
+        if (cuda) cuda::synchronize(o.device.index);
+        bar.finish();
+        r.peak_vae_bytes = std::max(r.peak_vae_bytes, peak.stop());
+        r.vae_s += seconds_since(t0);
+      }
+      TD_CHECK(video.shape()[1] == o.num_frames && video.shape()[2] == height && video.shape()[3] == width, Shape,
+               "the VAE ", o.vae, " decoded ", shape_str(video.shape()), ", expected [3, ", o.num_frames, ", ",
+               height, ", ", width, "]");
       const auto t0 = Clock::now();
       ProgressBar bar("encode", o.num_frames, "frames");
       io::write_video(r.outputs[size_t(k)], video, o.fps, [&bar](int64_t) { bar.advance(); });

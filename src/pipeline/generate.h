@@ -19,9 +19,10 @@
 // Samples: sample k uses seed + k (its initial noise and rCM's per-step noise
 // are the Philox streams of that seed, sampling/noise.h), so sample k of a run
 // is the video a one-sample run with --seed seed+k makes. The text (and the
-// image condition) are computed once; samples run one after another through
-// the DiT with the models resident (pipeline/residency.h decides what sits on
-// the GPU). Output names: one sample writes `output`; N > 1 insert _k before
+// image condition) are computed once; samples go through the DiT in batches
+// of sample_batch (default 1: one after another), each sample with its own
+// seed's noise, so the batch size does not change the videos; the models stay
+// resident (pipeline/residency.h decides what sits on the GPU). Output names: one sample writes `output`; N > 1 insert _k before
 // the extension (out.mp4 -> out_0.mp4 ..., f_%04d.png -> f_%04d_0.png ...).
 #pragma once
 #include <cstdint>
@@ -54,6 +55,7 @@ struct GenerateOptions {
   std::string prompt, negative_prompt;
   uint64_t seed = 0;
   int64_t num_samples = 1;
+  int64_t sample_batch = 1;           // samples per DiT batch (0 = all at once; activations grow with it)
   int64_t num_frames = 81;            // 4k + 1
   int64_t width = 832, height = 480;  // multiples of 16 (the target area with adaptive_resolution)
   int64_t max_text_tokens = 512;

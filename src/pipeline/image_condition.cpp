@@ -139,17 +139,21 @@ Tensor i2v_latent_mask(int64_t num_frames, int64_t temporal_factor, int64_t late
 }
 
 Tensor concat_channels(const Tensor& x, const Tensor& y) {
-  TD_CHECK(x.dim() == 5 && y.dim() == 5 && x.shape()[0] == 1 && y.shape()[0] == 1 && x.shape()[2] == y.shape()[2] &&
-               x.shape()[3] == y.shape()[3] && x.shape()[4] == y.shape()[4],
+  TD_CHECK(x.dim() == 5 && y.dim() == 5 && (y.shape()[0] == 1 || y.shape()[0] == x.shape()[0]) &&
+               x.shape()[2] == y.shape()[2] && x.shape()[3] == y.shape()[3] && x.shape()[4] == y.shape()[4],
            Shape, "I2V input: latent ", shape_str(x.shape()), " and condition ", shape_str(y.shape()),
-           " must be [1, C, T, h, w] with the same T, h, w");
+           " must be [B, C, T, h, w] with the same T, h, w (and batch 1 or B for the condition)");
   const Tensor xf = (x.device().is_cpu() ? x : x.to(Device::cpu())).contiguous().to(DType::F32);
   const Tensor yf = (y.device().is_cpu() ? y : y.to(Device::cpu())).contiguous().to(DType::F32);
-  const int64_t cx = x.shape()[1], cy = y.shape()[1];
+  const int64_t b = x.shape()[0], cx = x.shape()[1], cy = y.shape()[1];
   const int64_t per_channel = x.shape()[2] * x.shape()[3] * x.shape()[4];
-  Tensor out = Tensor::empty({1, cx + cy, x.shape()[2], x.shape()[3], x.shape()[4]}, DType::F32);
-  std::copy_n(xf.data<float>(), cx * per_channel, out.data<float>());
-  std::copy_n(yf.data<float>(), cy * per_channel, out.data<float>() + cx * per_channel);
+  Tensor out = Tensor::empty({b, cx + cy, x.shape()[2], x.shape()[3], x.shape()[4]}, DType::F32);
+  for (int64_t k = 0; k < b; ++k) {
+    float* o = out.data<float>() + k * (cx + cy) * per_channel;
+    std::copy_n(xf.data<float>() + k * cx * per_channel, cx * per_channel, o);
+    std::copy_n(yf.data<float>() + (yf.shape()[0] == 1 ? 0 : k) * cy * per_channel, cy * per_channel,
+                o + cx * per_channel);
+  }
   return out;
 }
 

@@ -55,8 +55,9 @@ Tensor i2v_latent_mask(int64_t num_frames, int64_t temporal_factor, int64_t late
 Tensor i2v_condition(const models::wan_vae::WanVae& vae, const Tensor& image, int64_t num_frames,
                      const models::wan_vae::WanVaeRunOptions& run);
 
-// concat(x, y) along channels for a batch of one: x [1, Cx, T, h, w], y [1, Cy, T, h, w]
-// (any float dtype, host) -> f32 [1, Cx + Cy, T, h, w].
+// concat(x, y) along channels: x [B, Cx, T, h, w], y [1 or B, Cy, T, h, w] (a
+// single y is shared by the batch); any float dtype, any device -> f32 host
+// [B, Cx + Cy, T, h, w].
 Tensor concat_channels(const Tensor& x, const Tensor& y);
 
 }  // namespace td::pipeline

@@ -84,4 +84,15 @@ Tensor randn(const Shape& shape, uint64_t seed, uint64_t stream, DType dtype, Th
   return dtype == DType::F32 ? f32 : f32.to(dtype);
 }
 
+Tensor randn_per_sample(const Shape& shape, const std::vector<uint64_t>& seeds, uint64_t stream, DType dtype,
+                        ThreadPool& pool) {
+  TD_CHECK(!shape.empty() && shape[0] == int64_t(seeds.size()), Internal, "randn_per_sample: shape ",
+           shape_str(shape), " with ", seeds.size(), " seeds; expected one seed per sample (dim 0)");
+  Tensor f32 = Tensor::empty(shape, DType::F32);
+  const int64_t per = seeds.empty() ? 0 : f32.numel() / int64_t(seeds.size());
+  for (size_t k = 0; k < seeds.size(); ++k)
+    fill_normal(f32.data<float>() + int64_t(k) * per, per, seeds[k], stream, 0, pool);
+  return dtype == DType::F32 ? f32 : f32.to(dtype);
+}
+
 }  // namespace td::sampling

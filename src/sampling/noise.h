@@ -19,6 +19,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -43,5 +44,11 @@ void fill_normal(float* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t
 // F16) holding stream `stream` of `seed` (converted from the float32 values).
 Tensor randn(const Shape& shape, uint64_t seed, uint64_t stream, DType dtype = DType::F32,
              ThreadPool& pool = ThreadPool::global());
+
+// A batch [N, ...] whose sample k is randn(shape[1:], seeds[k], stream): the
+// noise a one-sample run of seed seeds[k] draws (generate's --num-samples
+// batched through the DiT). seeds.size() must equal shape[0].
+Tensor randn_per_sample(const Shape& shape, const std::vector<uint64_t>& seeds, uint64_t stream,
+                        DType dtype = DType::F32, ThreadPool& pool = ThreadPool::global());
 
 }  // namespace td::sampling

@@ -69,7 +69,9 @@ Tensor rcm_sample(const Shape& latent_shape, uint64_t seed, const RcmSchedule& s
            "rCM sampler: schedule with ", steps, " timesteps and ", schedule.times.size(),
            " times; expected N + 1 times ending at 0");
   TD_CHECK(bool(velocity), Internal, "rCM sampler: no velocity callback");
-  Tensor x = randn(latent_shape, seed, 0, DType::F64);
+  const std::vector<uint64_t>& seeds = options.sample_seeds;
+  Tensor x = seeds.empty() ? randn(latent_shape, seed, 0, DType::F64)
+                           : randn_per_sample(latent_shape, seeds, 0, DType::F64);
   const int64_t n = x.numel();
   double* xp = x.data<double>();
   const double t0 = schedule.times[0];
@@ -85,7 +87,13 @@ Tensor rcm_sample(const Shape& latent_shape, uint64_t seed, const RcmSchedule& s
       for_each_index(n, [&](int64_t i) { xp[i] -= (t_cur - t_next) * vp[i]; });
     } else if (t_next > 0.0) {
       std::vector<float> eps(size_t(n), 0.f);
-      fill_normal(eps.data(), n, seed, uint64_t(step) + 1);
+      if (seeds.empty()) {
+        fill_normal(eps.data(), n, seed, uint64_t(step) + 1);
+      } else {
+        const int64_t per = n / int64_t(seeds.size());
+        for (size_t k = 0; k < seeds.size(); ++k)
+          fill_normal(eps.data() + int64_t(k) * per, per, seeds[k], uint64_t(step) + 1);
+      }
       for_each_index(n, [&](int64_t i) {
         const double x0 = xp[i] - t_cur * vp[i];
         xp[i] = (1.0 - t_next) * x0 + t_next * double(eps[size_t(i)]);

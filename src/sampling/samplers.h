@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "core/tensor.h"
 #include "sampling/schedule.h"
@@ -31,6 +32,10 @@ using StepFn = std::function<void(int step, int steps, const Tensor& state)>;
 struct RcmOptions {
   bool ode = false;  // deterministic Euler update x -= (t_cur - t_next) v instead of fresh noise
   StepFn on_step;
+  // A batch of independent samples [N, ...]: sample k draws its initial and
+  // per-step noise from sample_seeds[k] (noise.h randn_per_sample), so it
+  // equals the one-sample run of that seed. Empty: the whole tensor from `seed`.
+  std::vector<uint64_t> sample_seeds;
 };
 
 // Draws the initial noise eps0 (stream 0 of `seed`, noise.h), x = t0 eps0, and

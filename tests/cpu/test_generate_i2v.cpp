@@ -30,6 +30,8 @@
 #include "pipeline/generate.h"
 #include "pipeline/image_condition.h"
 #include "pipeline/residency.h"
+#include "sampling/noise.h"
+#include "sampling/samplers.h"
 #include "sampling/schedule.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -361,6 +363,34 @@ TEST(Samples, OutputNames) {
   EXPECT_EQ(io::png_frame_name(pipeline::sample_output_path("f_%04d.png", 1, 2), 3), "f_0003_1.png");
 }
 
+// A batch of samples draws each sample's noise from its own seed: batched rCM
+// equals the one-sample runs (a synthetic per-sample velocity, no model).
+TEST(Samples, BatchedRcmEqualsOneSampleRuns) {
+  const Shape one{1, 3, 2, 5, 7}, three{3, 3, 2, 5, 7};
+  const std::vector<uint64_t> seeds{test::rng()(), test::rng()(), 42};
+  const Tensor batch_noise = sampling::randn_per_sample(three, seeds, 0);
+  for (int k = 0; k < 3; ++k) {
+    const Tensor single = sampling::randn(one, seeds[size_t(k)], 0);
+    EXPECT_TRUE(std::equal(single.data<float>(), single.data<float>() + single.numel(),
+                           batch_noise.data<float>() + k * single.numel()));
+  }
+  auto velocity = [](const Tensor& x, double t) {  // v = 0.7 x + t / 1000, elementwise
+    Tensor v = Tensor::empty(x.shape(), DType::F64);
+    for (int64_t i = 0; i < x.numel(); ++i) v.data<double>()[i] = 0.7 * x.data<double>()[i] + t / 1000.0;
+    return v;
+  };
+  const auto schedule = sampling::rcm_schedule(3, 80.0);
+  sampling::RcmOptions ro;
+  ro.sample_seeds = seeds;
+  const Tensor batched = sampling::rcm_sample(three, seeds[0], schedule, velocity, ro);
+  for (int k = 0; k < 3; ++k) {
+    const Tensor single = sampling::rcm_sample(one, seeds[size_t(k)], schedule, velocity);
+    EXPECT_TRUE(std::equal(single.data<double>(), single.data<double>() + single.numel(),
+                           batched.data<double>() + k * single.numel()))
+        << "sample " << k;  // tolerance: exact (same arithmetic per element)
+  }
+}
+
 // ---- end to end ---------------------------------------------------------------
 
 std::string models_i2v(const std::string& high = i2v_fixture("high"), const std::string& low = i2v_fixture("low")) {
@@ -493,6 +523,19 @@ TEST(GenerateI2V, NumSamplesSeedsAndOffloadPolicies) {
   for (int k = 0; k < 3; ++k) {
     const std::string m = "m_%02d_" + std::to_string(k) + ".png", n = "n_%02d_" + std::to_string(k) + ".png";
     EXPECT_EQ(frames(m), frames(n)) << "offload policy changed sample " << k;
+  }
+  // The samples as one DiT batch: the same videos (to one 8-bit level: the
+  // batched GEMMs may round differently), with the same residency per batch.
+  const auto batched = test::run_cli(base + " --seed " + std::to_string(seed) + " --num-samples 3 --sample-batch 0 "
+                                     "--offload model -o " + dir + "/b_%02d.png");
+  ASSERT_EQ(batched.exit_code, 0) << batched.err;
+  EXPECT_NE(batched.out.find("\"sample_batch\": 3"), std::string::npos) << batched.out;
+  for (int k = 0; k < 3; ++k) {
+    const auto a = frames("m_%02d_" + std::to_string(k) + ".png"), b = frames("b_%02d_" + std::to_string(k) + ".png");
+    ASSERT_EQ(a.size(), b.size());
+    float worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+    EXPECT_LE(worst * 255.f, 1.01f) << "sample " << k;
   }
   EXPECT_NE(frames("m_%02d_0.png"), frames("m_%02d_1.png"));
   EXPECT_NE(frames("m_%02d_1.png"), frames("m_%02d_2.png"));
