@@ -22,7 +22,7 @@ const std::vector<KernelFamily>& kernel_families() {
     f.push_back({"sagesla", "SageSLA: SLA's selection (64x128) and linear branch around the SageAttention-style kernel",
                  false, smoke::sagesla_family});
 #endif
-    f.push_back({"sage", "SageAttention-style INT8 Q·K / FP16 P·V attention (portable mma.sync kernel), dense and block-sparse",
+    f.push_back({"sage", "SageAttention-style quantized attention: sm_90a (INT8 wgmma Q·K, e4m3 wgmma P·V, TMA, warp-specialized) and portable (INT8 mma.sync Q·K, FP16 P·V), dense and block-sparse",
                  false, smoke::sage_family});
     f.push_back({"t5_attention", "umT5 encoder attention with relative-position bias and key mask", false,
                  smoke::t5_attention_family});
