@@ -6,7 +6,9 @@
 //   b  + W8A8 INT8 block linears and the fused FastNorm kernels
 //   c  + 4-step rCM (1 forward per step, no guidance): the forward of b
 //   d  + SageSLA at topk 0.1 (sla when sagesla cannot run here, else not run;
-//      the JSON says which attention ran and why)
+//      the JSON says which attention ran and why). The random model has an SLA
+//      proj_l in every block, as TurboDiffusion's SLA checkpoints do, so the
+//      linear branch runs (proj_l = 0 would skip it: --no-proj-l).
 // Per stage: time per forward (CUDA events after warm-up, the median), the
 // diffusion time (forwards x the median; for the rCM stages also the real
 // sampler loop, measured), VAE decode and text-encoder times (random-weight
@@ -61,7 +63,7 @@ struct BenchE2eOptions {
   std::string json_path;
   bool profile = false;
   bool no_sampler = false, no_vae = false, no_text_encoder = false;
-  bool proj_l = false;
+  bool no_proj_l = false;  // default: every block has an SLA proj_l, as TurboDiffusion's SLA checkpoints
   uint64_t seed = 0;
   int text_len = 512;
   int vae_runs = 0;  // timed VAE decodes after an untimed one; 0 = 2 (tiny: 1)
@@ -208,7 +210,7 @@ ForwardResult measure_forward(const BenchE2eOptions& o, const models::wan::WanCo
       ro.device = device;
       ro.dtype = dtype;
       if (key.quant) ro.int8_variant = variant;
-      ro.with_proj_l = o.proj_l;
+      ro.with_proj_l = !o.no_proj_l;
       ro.seed = o.seed;
       models::wan::WanCheckpoint ck = models::wan::random_wan_checkpoint(cfg, ro);
       r.weight_bytes = ck.device_bytes;
@@ -459,7 +461,9 @@ int run_bench_e2e(const BenchE2eOptions& o) {
   out["device"] = device.str();
   out["dtype"] = dtype_name(dtype);
   out["int8_variant"] = nn::int8_linear_variant_name(*variant);
-  out["proj_l"] = o.proj_l ? "random (an SLA-trained checkpoint's layout)" : "none (sla/sagesla run proj_l = 0)";
+  out["proj_l"] = !o.no_proj_l ? "random, in every block (a TurboDiffusion SLA checkpoint's layout: stage d runs the "
+                                 "linear branch)"
+                               : "none (--no-proj-l: sla/sagesla run proj_l = 0, which skips the linear branch)";
   out["forwards_timed"] = o.forwards;
   out["warmup"] = o.warmup;
   if (device.is_cuda()) {
@@ -644,7 +648,9 @@ void register_bench(CLI::App& app, Commands& cmds) {
   e2e->add_option("--json", o->json_path, "write the JSON here instead of stdout");
   e2e->add_flag("--profile", o->profile,
                 "time per op class (GEMM, attention, norm, other) of one forward of the last stage asked for");
-  e2e->add_flag("--proj-l", o->proj_l, "give every block a (random) SLA proj_l, as a TurboDiffusion SLA checkpoint");
+  e2e->add_flag("--no-proj-l", o->no_proj_l,
+                "no SLA proj_l in the blocks (by default every block has a random one, as TurboDiffusion's SLA "
+                "checkpoints, so stage d runs SLA's linear branch too)");
   e2e->add_flag("--no-sampler", o->no_sampler, "skip the real rCM sampler loop of stages c, d");
   e2e->add_flag("--no-vae", o->no_vae, "skip the VAE decode");
   e2e->add_flag("--no-text-encoder", o->no_text_encoder, "skip the umT5 encoder");
