@@ -622,7 +622,8 @@ GenerateResult run_generate(const GenerateOptions& o) {
         const auto t0 = Clock::now();
         peak.start();
         ProgressBar bar("vae decode", 1, "videos");
-        video = vae->decode(latent.slice(0, j, j + 1), vae_run).select(0, 0).contiguous();
+        // The sampler's f64 state, as f32 on the host (what every VAE path takes).
+        video = vae->decode(latent.slice(0, j, j + 1).contiguous().to(DType::F32), vae_run).select(0, 0).contiguous();
         if (cuda) cuda::synchronize(o.device.index);
         bar.finish();
         r.peak_vae_bytes = std::max(r.peak_vae_bytes, peak.stop());
