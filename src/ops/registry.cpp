@@ -13,7 +13,10 @@ const std::vector<KernelFamily>& kernel_families() {
     f.push_back({"elementwise", "GELU-tanh, SiLU, broadcasting add/mul", false, smoke::elementwise_family});
     f.push_back({"quant", "INT8 activation/weight quantizers (128x128 blocks, 1x128 token groups, per row), fused LN+modulate+quantize",
                  false, smoke::quant_family});
-    f.push_back({"rope", "Q/K RMSNorm over the model dim fused with Wan's 3-D RoPE", false, smoke::rope_family});
+    f.push_back({"rope", "Q/K RMSNorm over the model dim fused with Wan's 3-D RoPE; the RoPE alone (--default-norm)",
+                 false, smoke::rope_family});
+    f.push_back({"layout", "Wan patchify / unpatchify on the device; Philox random fills (bench e2e's random models)",
+                 false, smoke::layout_family});
     f.push_back({"attention", "exact attention: cuDNN fused SDPA (when linked) and the portable flash kernel", false,
                  smoke::attention_family});
     f.push_back({"sla", "SLA: GPU block selection, BF16 block-sparse flash (128x64), linear branch + proj_l", false,

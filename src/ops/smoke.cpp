@@ -8,12 +8,15 @@
 #include "kernels/quant/quant_block128.h"
 #include "kernels/quant/quant_token128.h"
 #include "kernels/rope/qk_norm_rope.h"
+#include "kernels/rope/rope_apply.h"
 #include "kernels/rope/rope_tables.h"
 #include "kernels/sage_attention/sage_attention.h"
 #include "kernels/t5_attention/t5_attention.h"
 #include "ops/common.h"
 #include "ops/elementwise.h"
+#include "ops/layout.h"
 #include "ops/norm.h"
+#include "ops/random.h"
 #include "ops/sla.h"
 
 namespace td::ops::smoke {
@@ -183,6 +186,36 @@ Results rope_family(int device) {
     SmokeResult rq = compare(qog, qo, 1e-2), rk = compare(kog, ko, 1e-2);
     return SmokeResult{rq.ok && rk.ok, "q " + rq.detail + "; k " + rk.detail};
   })});
+  out.push_back({"rope_apply", guarded([&] {
+    const ops::PatchGrid grid{F, H, W};
+    Tensor q = host_randn({1, L, D}, DType::BF16, 35);
+    const Tensor tables = ops::rope_tables(hd, grid, Device::cpu());
+    const Tensor ref = ops::rope_apply(q, tables, grid, heads);
+    const Tensor got = ops::rope_apply(q.to(gpu), tables.to(gpu), grid, heads);
+    return compare(got, ref, 1e-2);
+  })});
+  return out;
+}
+
+Results layout_family(int device) {
+  const Device gpu = Device::cuda(device);
+  Results out;
+  out.push_back({"patchify", guarded([&] {
+    const Tensor lat = host_randn({1, 16, 3, 6, 10}, DType::F32, 51);
+    const Tensor ref = ops::patchify(lat, 1, 2, 2, DType::BF16);
+    return compare(ops::patchify(lat.to(gpu), 1, 2, 2, DType::BF16), ref, 1e-6);
+  })});
+  out.push_back({"unpatchify", guarded([&] {
+    const Tensor tok = host_randn({1, 45, 64}, DType::F32, 52);
+    const Tensor ref = ops::unpatchify(tok, 3, 6, 10, 1, 2, 2);
+    return compare(ops::unpatchify(tok.to(gpu), 3, 6, 10, 1, 2, 2), ref, 1e-6);
+  })});
+  out.push_back({"random_fill", guarded([&] {
+    Tensor h = Tensor::empty({1001}, DType::BF16), d = Tensor::empty({1001}, DType::BF16, gpu);
+    ops::random_fill_(h, 7, 3, -1.f, 1.f);
+    ops::random_fill_(d, 7, 3, -1.f, 1.f);
+    return compare(d, h, 0.0);
+  })});
   return out;
 }
 
@@ -321,6 +354,7 @@ Results t5_attention_family(int device) {
 // Without CUDA there is nothing to smoke-test: doctor lists no GPU.
 Results quant_family(int) { return {}; }
 Results rope_family(int) { return {}; }
+Results layout_family(int) { return {}; }
 Results attention_family(int) { return {}; }
 Results sage_family(int) { return {}; }
 Results t5_attention_family(int) { return {}; }

@@ -31,6 +31,7 @@ Results norm_family(int device);
 Results elementwise_family(int device);
 Results quant_family(int device);
 Results rope_family(int device);
+Results layout_family(int device);  // patchify / unpatchify, Philox random fills
 Results attention_family(int device);
 Results sla_family(int device);      // `sla`: selection, BF16 sparse kernel, linear branch + proj_l
 Results sagesla_family(int device);  // `sagesla`: the same around the SageAttention-style kernel
