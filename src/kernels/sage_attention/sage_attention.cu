@@ -28,6 +28,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -743,10 +744,13 @@ int device_cc_major() {
   return major;
 }
 
-// The backend Auto resolves to on the current device.
-SageBackend resolve(SageBackend backend) {
+// The backend Auto resolves to on the current device for this problem: the
+// sm_90a kernel on a Hopper GPU when it is built and takes the problem (its
+// sparse mode wants 64x128 blocks), else the portable kernel.
+SageBackend resolve(SageBackend backend, const AttnProblem& p, const SageSparse* sparse) {
   if (backend != SageBackend::Auto) return backend;
-  return sage::sm90_available() && device_cc_major() == 9 ? SageBackend::Sm90 : SageBackend::Portable;
+  const bool sm90 = sage::sm90_available() && device_cc_major() == 9 && sage::sm90_supports(p, sparse) == Status::Ok;
+  return sm90 ? SageBackend::Sm90 : SageBackend::Portable;
 }
 
 }  // namespace
@@ -766,7 +770,7 @@ Status sage_attention_supports(const AttnProblem& p, const SageSparse* sparse, S
                                                 " strides must be multiples of 8 elements (16-byte rows)");
   if (p.len_q > (int64_t(1) << 30) || p.len_kv > (int64_t(1) << 30) || p.heads > 65535 || p.batch > 65535)
     return attn_fail(Status::Unsupported, "sage_attention: len_q/len_kv must be <= 2^30 and batch/heads <= 65535");
-  const SageBackend be = resolve(backend);
+  const SageBackend be = resolve(backend, p, sparse);
   const int major = device_cc_major();
   if (be == SageBackend::Sm90) {
     if (!sage::sm90_available())
@@ -784,7 +788,10 @@ Status sage_attention_supports(const AttnProblem& p, const SageSparse* sparse, S
 }
 
 size_t sage_attention_workspace_size(const AttnProblem& p, SageBackend backend) {
-  return sage::layout_for(p, resolve(backend) == SageBackend::Sm90).total;
+  // Auto may resolve to either kernel depending on the sparse block sizes: enough for both.
+  if (backend == SageBackend::Auto)
+    return std::max(sage::layout_for(p, true).total, sage::layout_for(p, false).total);
+  return sage::layout_for(p, backend == SageBackend::Sm90).total;
 }
 
 Status sage_attention_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
@@ -799,7 +806,7 @@ Status sage_attention_cuda(const AttnProblem& p, const void* q, const void* k, c
     return attn_fail(Status::Unsupported, std::string("sage_attention: ") +
                                               (!aligned16(q) ? "Q" : !aligned16(k) ? "K" : !aligned16(v) ? "V" : "O") +
                                               " is not 16-byte aligned");
-  const SageBackend be = resolve(backend);
+  const SageBackend be = resolve(backend, p, sparse);
   const sage::Layout l = sage::layout_for(p, be == SageBackend::Sm90);
   if (!workspace || workspace_bytes < l.total || !aligned16(workspace))
     return attn_fail(Status::InvalidArgument, "sage_attention: needs a 16-byte aligned workspace of " +

@@ -66,12 +66,19 @@ Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, co
 Status sage_sparse_check(const AttnProblem& p, const SageSparse* sparse);
 
 #if TURBODIFF_HAVE_CUDA
+// Backends: Sm90 (built for 90a, Hopper GPU): dense, and sparse with 64x128
+// blocks. Portable (sm_80+): dense, and sparse with block_q, block_k in
+// {64, 128}. Auto: Sm90 where it takes the problem, else Portable.
+// TURBODIFF_SAGE_SM90_OVERLAP=0 turns off the sm_90a dense kernel's
+// intra-warpgroup overlap (for comparison; read at every call).
+//
 // Ok if `backend` (Auto: the best one for the current device) takes the
 // problem (BF16 Q/K/V/O, head_dim 64/128, the block sizes in `sparse`),
 // Unsupported with the reason in attention_last_error() otherwise.
 Status sage_attention_supports(const AttnProblem& p, const SageSparse* sparse, SageBackend backend);
 
-// Bytes of device workspace the call needs (quantized Q, K, V and scales).
+// Bytes of device workspace the call needs (quantized Q, K, V and scales);
+// for Auto, enough for whichever backend the call resolves to.
 size_t sage_attention_workspace_size(const AttnProblem& p, SageBackend backend);
 
 // Quantize Q/K/V into `workspace` and run the attention. Device pointers;
