@@ -8,13 +8,15 @@
 # Here (no GPU):  ninja -C <build> turbodiff && scripts/gpu_bundle.sh <build>
 #                 (or any folder holding a CUDA build of turbodiff; lib/ with
 #                 libsentencepiece as gpu_bundle.sh packs it)
-#                 python wheels: .whl/ (diffusers 0.42.1, importlib_metadata 8.7.0)
-# On the GPU:     run(command="scripts/e2e_gpu.sh .gpu_bundle", carry=[".gpu_bundle.tar.xz", ".whl"], timeout_s=600)
+#                 python wheels: .whl_e2e/ (diffusers 0.42.1, importlib_metadata 8.7.0; 6.1 MiB):
+#                   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#                     --platform manylinux_2_28_x86_64 -d .whl_e2e diffusers==0.42.1 importlib_metadata==8.7.0
+# On the GPU:     run(command="scripts/e2e_gpu.sh .gpu_bundle", carry=[".gpu_bundle.tar.xz", ".whl_e2e"], timeout_s=600)
 #                 (the folder is unpacked from .gpu_bundle.tar.xz when it is not there; carry the
 #                 folder itself instead only if it is under the 64 MiB carry limit)
 #
 # Budget (estimates, H200): GPU tests <= 90 s, 1.3B bench ~60-90 s, torch 1.3B ~20 s, 14B c+d+VAE
-# ~100-150 s, torch 14B ~60 s, 14B stage a ~45 s if more than 150 s are left
+# ~100-150 s, torch 14B ~60 s, 14B stage a ~45 s if more than 100 s are left
 # of E2E_BUDGET_S (default 450 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,11 +53,14 @@ PY
 )
 [ -n "$extra" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$extra"
 [ -d "$BUNDLE/lib" ] && export LD_LIBRARY_PATH="$(cd "$BUNDLE/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# diffusers (not on the GPU image) from the carried wheels.
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$LOG" 2>&1 \
+# diffusers (not on the GPU image) from the carried wheels: .whl_e2e/ (E2E_WHEELS), else .whl/.
+WHEELS=${E2E_WHEELS:-.whl_e2e}
+[ -d "$WHEELS" ] || WHEELS=.whl
+if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl >> "$LOG" 2>&1 \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+python3 -c "import diffusers; print('diffusers', diffusers.__version__, diffusers.__file__)" >> "$LOG" 2>&1
 
 elapsed() { echo $(( $(date +%s) - START )); }
 left() { echo $(( BUDGET - $(elapsed) )); }
@@ -92,7 +97,7 @@ step "bench e2e Wan2.1-14B 720p, stages c,d" "$(min 170 "$(( $(left) - 90 ))")" 
 step "torch_e2e 14B" "$(min 150 "$(( $(left) - 10 ))")" \
   python3 bench/torch_e2e.py --model 14B --forwards 2 --warmup 1 --json "$OUT/torch_e2e_14B.json"
 # Stage a at 14B (BF16 dense, default norms): one warm-up, one timed forward, only when time is left.
-if [ "$(left)" -gt 150 ]; then
+if [ "$(left)" -gt 100 ]; then
   step "bench e2e Wan2.1-14B 720p, stage a" "$(( $(left) - 10 ))" \
     "$TD" bench e2e --device cuda --model Wan2.1-14B --stages a --forwards 1 --warmup 1 --no-vae --no-text-encoder \
     --json "$OUT/e2e_14B_a.json"
