@@ -16,7 +16,7 @@
 #                 folder itself instead only if it is under the 64 MiB carry limit)
 #
 # Budget (estimates, H200): GPU tests <= 90 s, 1.3B bench ~60-90 s, torch 1.3B ~20 s, 14B c+d+VAE
-# ~100-150 s, torch 14B ~60 s, 14B stage a ~45 s if more than 100 s are left
+# ~100-150 s, torch 14B ~60 s, 1.3B switch matrix <= 80 s, 14B stage a ~45 s if more than 100 s are left
 # of E2E_BUDGET_S (default 450 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +96,11 @@ step "bench e2e Wan2.1-14B 720p, stages c,d" "$(min 170 "$(( $(left) - 90 ))")" 
   --no-text-encoder --profile --json "$OUT/e2e_14B_cd.json"
 step "torch_e2e 14B" "$(min 150 "$(( $(left) - 10 ))")" \
   python3 bench/torch_e2e.py --model 14B --forwards 2 --warmup 1 --json "$OUT/torch_e2e_14B.json"
+# Issue 7: a forward at Wan-1.3B 480p in every switch combination (float / W8A8 x default / fused norms x
+# original / sla / sagesla, no fallback: what cannot run says why in the JSON).
+step "bench e2e Wan2.1-1.3B 480p, every switch combination" "$(min 80 "$(( $(left) - 60 ))")" \
+  "$TD" bench e2e --device cuda --int8-variant "$VARIANT" --model Wan2.1-1.3B --switches --forwards 2 --warmup 1 \
+  --no-vae --no-text-encoder --json "$OUT/e2e_1.3B_switches.json"
 # Stage a at 14B (BF16 dense, default norms): one warm-up, one timed forward, only when time is left.
 if [ "$(left)" -gt 100 ]; then
   step "bench e2e Wan2.1-14B 720p, stage a" "$(( $(left) - 10 ))" \
@@ -115,14 +120,14 @@ def load(n):
     except Exception as e:
         return None
 print(f"{'model':6} {'stage':5} {'attention':18} {'fwd ms':>9} {'diffusion s':>12} {'sampler s':>10} {'total s':>9} {'peak GiB':>9}")
-for model, files in (("1.3B", ["e2e_1.3B.json"]), ("14B", ["e2e_14B_a.json", "e2e_14B_cd.json"])):
+for model, files in (("1.3B", ["e2e_1.3B.json", "e2e_1.3B_switches.json"]), ("14B", ["e2e_14B_a.json", "e2e_14B_cd.json"])):
     for f in files:
         d = load(f)
         if not d:
             print(f"{model:6} {f}: no result"); continue
         for s in d["stages"]:
             if not s["ran"]:
-                print(f"{model:6} {s['stage']:5} not run: {json.dumps(s.get('attention_refused'))[:150]}"); continue
+                print(f"{model:6} {s['stage']:5} not run: {json.dumps(s.get('attention_refused'))[:200]}"); continue
             samp = f"{s['sampler_s']:.3f}" if "sampler_s" in s else "-"
             print(f"{model:6} {s['stage']:5} {s['attention']:18} {s['forward_ms']:9.1f} {s['diffusion_s']:12.3f} {samp:>10} "
                   f"{s['total_s']:9.3f} {(s['peak_gpu_bytes'] or 0)/2**30:9.2f}")

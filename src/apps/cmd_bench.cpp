@@ -63,6 +63,7 @@ struct BenchE2eOptions {
   std::string json_path;
   bool profile = false;
   bool no_sampler = false, no_vae = false, no_text_encoder = false;
+  bool switches = false;  // every switch combination instead of the stages
   bool no_proj_l = false;  // default: every block has an SLA proj_l, as TurboDiffusion's SLA checkpoints
   uint64_t seed = 0;
   int text_len = 512;
@@ -72,16 +73,19 @@ struct BenchE2eOptions {
 struct StageDef {
   std::string id, label;
   bool quant = false, default_norm = false;
-  std::string attention = "original";  // or "sagesla" (with the sla fallback)
+  std::string attention = "original";  // "sla" or "sagesla"
   int steps = 0, forwards_per_step = 1;
   bool rcm = false;
+  bool fallback = false;  // sagesla: take sla when sagesla cannot run (stage d)
 };
 
 struct ForwardKey {
   bool quant, default_norm;
   std::string attention;
+  bool fallback;
   bool operator<(const ForwardKey& o) const {
-    return std::tie(quant, default_norm, attention) < std::tie(o.quant, o.default_norm, o.attention);
+    return std::tie(quant, default_norm, attention, fallback) <
+           std::tie(o.quant, o.default_norm, o.attention, o.fallback);
   }
 };
 
@@ -134,7 +138,7 @@ std::vector<StageDef> all_stages(const BenchE2eOptions& o, DType dtype) {
        o.teacher_steps, 2, false},
       {"b", "+ W8A8 + FastNorm", true, false, "original", o.teacher_steps, 2, false},
       {"c", cat("+ ", o.rcm_steps, "-step rCM"), true, false, "original", o.rcm_steps, 1, true},
-      {"d", cat("+ SageSLA topk ", topk), true, false, "sagesla", o.rcm_steps, 1, true},
+      {"d", cat("+ SageSLA topk ", topk), true, false, "sagesla", o.rcm_steps, 1, true, true},
   };
 }
 
@@ -197,7 +201,7 @@ ForwardResult measure_forward(const BenchE2eOptions& o, const models::wan::WanCo
                               int sampler_steps, bool profile) {
   ForwardResult r;
   std::vector<std::string> kinds = {key.attention};
-  if (key.attention == "sagesla") kinds.push_back("sla");
+  if (key.attention == "sagesla" && key.fallback) kinds.push_back("sla");
   for (const std::string& kind_name : kinds) {
     const nn::AttentionKind kind = *nn::parse_attention_kind(kind_name);
     try {
@@ -436,7 +440,23 @@ int run_bench_e2e(const BenchE2eOptions& o) {
   const int64_t tokens = latent_shape[2] * (latent_shape[3] / cfg.patch_h) * (latent_shape[4] / cfg.patch_w);
 
   std::vector<StageDef> stages;
-  {
+  if (o.switches) {
+    // Issue 7's switch matrix: one forward of every combination, no fallback.
+    for (const bool quant : {false, true})
+      for (const bool default_norm : {true, false})
+        for (const char* attn : {"original", "sla", "sagesla"}) {
+          StageDef s;
+          s.id = cat(quant ? "w8a8" : "float", "-", default_norm ? "default" : "fused", "-", attn);
+          s.label = cat(quant ? cat("W8A8 ", nn::int8_linear_variant_name(*variant)) : std::string(dtype_name(dtype)),
+                        ", ", default_norm ? "default norms" : "FastNorm", ", ", attn,
+                        std::string(attn) == "original" ? std::string() : cat(" topk ", o.sla_topk));
+          s.quant = quant;
+          s.default_norm = default_norm;
+          s.attention = attn;
+          s.steps = 1;
+          stages.push_back(s);
+        }
+  } else {
     std::stringstream ss(o.stages);
     std::string id;
     const auto defs = all_stages(o, dtype);
@@ -450,6 +470,7 @@ int run_bench_e2e(const BenchE2eOptions& o) {
 
   json out;
   out["command"] = "bench e2e";
+  out["mode"] = o.switches ? "switches" : "stages";
   out["model"] = cfg.describe();
   out["model_name"] = cfg.variant;
   out["frames"] = frames;
@@ -490,7 +511,7 @@ int run_bench_e2e(const BenchE2eOptions& o) {
     out.erase("profile");
     json js = json::array();
     for (const StageDef& s : stages) {
-      const ForwardKey key{s.quant, s.default_norm, s.attention};
+      const ForwardKey key{s.quant, s.default_norm, s.attention, s.fallback};
       json j;
       j["stage"] = s.id;
       j["label"] = s.label;
@@ -569,7 +590,7 @@ int run_bench_e2e(const BenchE2eOptions& o) {
   const StageDef* profiled = nullptr;
   for (const StageDef& s : stages) profiled = &s;  // the last (most accelerated) stage asked for
   for (const StageDef& s : stages) {
-    const ForwardKey key{s.quant, s.default_norm, s.attention};
+    const ForwardKey key{s.quant, s.default_norm, s.attention, s.fallback};
     int sampler = (s.rcm && !o.no_sampler) ? s.steps : 0;
     auto it = results.find(key);
     if (it != results.end() && (sampler == 0 || it->second.sampler_s || !it->second.ran)) continue;
@@ -592,15 +613,17 @@ int run_bench_e2e(const BenchE2eOptions& o) {
   const json& js = out["stages"];
 
   // A short table on stderr, the JSON on stdout or in --json.
-  std::fprintf(stderr, "\n%-6s %-48s %-22s %12s %12s %10s\n", "stage", "", "attention", "forward ms", "diffusion s",
-               "peak GiB");
+  int idw = 6;
+  for (const auto& j : js) idw = std::max(idw, int(j["stage"].get<std::string>().size()));
+  std::fprintf(stderr, "\n%-*s %-48s %-22s %12s %12s %10s\n", idw, "stage", "", "attention", "forward ms",
+               "diffusion s", "peak GiB");
   for (const auto& j : js) {
     if (!j["ran"].get<bool>()) {
-      std::fprintf(stderr, "%-6s %-48s not run: %s\n", j["stage"].get<std::string>().c_str(),
+      std::fprintf(stderr, "%-*s %-48s not run: %s\n", idw, j["stage"].get<std::string>().c_str(),
                    j["label"].get<std::string>().c_str(), j.contains("attention_refused") ? "attention refused" : "?");
       continue;
     }
-    std::fprintf(stderr, "%-6s %-48s %-22s %12.2f %12s %10.2f\n", j["stage"].get<std::string>().c_str(),
+    std::fprintf(stderr, "%-*s %-48s %-22s %12.2f %12s %10.2f\n", idw, j["stage"].get<std::string>().c_str(),
                  j["label"].get<std::string>().c_str(), j["attention"].get<std::string>().c_str(),
                  j["forward_ms"].get<double>(), fmt_s(j["diffusion_s"].get<double>()).c_str(),
                  j["peak_gpu_bytes"].is_null() ? 0.0 : double(j["peak_gpu_bytes"].get<size_t>()) / double(1ull << 30));
@@ -651,6 +674,9 @@ void register_bench(CLI::App& app, Commands& cmds) {
   e2e->add_flag("--no-proj-l", o->no_proj_l,
                 "no SLA proj_l in the blocks (by default every block has a random one, as TurboDiffusion's SLA "
                 "checkpoints, so stage d runs SLA's linear branch too)");
+  e2e->add_flag("--switches", o->switches,
+                "instead of the stages: one forward (timed as the stages are) of every switch combination: float / "
+                "W8A8 x default norms / FastNorm x original / sla / sagesla (no fallback: what cannot run says why)");
   e2e->add_flag("--no-sampler", o->no_sampler, "skip the real rCM sampler loop of stages c, d");
   e2e->add_flag("--no-vae", o->no_vae, "skip the VAE decode");
   e2e->add_flag("--no-text-encoder", o->no_text_encoder, "skip the umT5 encoder");

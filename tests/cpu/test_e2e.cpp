@@ -412,6 +412,18 @@ TEST(BenchE2eCli, TinyModelRunsEveryStageAndWritesJson) {
   EXPECT_GT(j["profile"]["classes"]["attention"]["calls"].get<int>(), 0);
   EXPECT_GT(j["profile"]["classes"]["norm"]["calls"].get<int>(), 0);
 
+  // Issue 7's switch matrix: every combination runs on the CPU (the fp32 SLA reference for sla / sagesla).
+  const std::string sw = test::temp_dir() + "/bench_e2e_switches.json";
+  r = test::run_cli("bench e2e --model tiny --device cpu --switches --forwards 1 --warmup 0 --no-vae "
+                    "--no-text-encoder --json " + sw);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream fs(sw);
+  const nlohmann::json m = nlohmann::json::parse(fs);
+  EXPECT_EQ(m["mode"], "switches");
+  ASSERT_EQ(m["stages"].size(), 12u);
+  for (const auto& s : m["stages"]) EXPECT_TRUE(s["ran"].get<bool>()) << s.dump();
+  EXPECT_EQ(m["stages"][11]["stage"], "w8a8-fused-sagesla");
+
   r = test::run_cli("bench e2e --model tiny --stages a,x --device cpu");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "unknown stage")) << r.err;
