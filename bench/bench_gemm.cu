@@ -25,6 +25,10 @@
 //   block_scaled_sm90_token128_quant + quant_token128_cuda
 //   block_scaled_sm90_block128       128x128 activation blocks (TurboDiffusion's format)
 //   block_scaled_sm90_block128_quant + quant_block128_cuda
+//   block_scaled_sm90_<variant>_{token128,block128,token128_epilogue,token128_quant}
+//                                    each variant of the sm90 block-scaled kernel
+//                                    (baseline, fast_promote, pipelined, pipelined_cvt:
+//                                    int8_gemm_block_scaled_sm90.h) named explicitly
 //   post_scale_mma / block_scaled_mma_token128   the portable mma.sync kernels
 // Plus "accuracy_vs_bf16" at 32760 x 1536 -> 1536: rel L2 and cosine of each
 // scheme (with its own quantizers) against the BF16 linear on activations with
@@ -51,6 +55,7 @@
 
 #include "bench_util.h"
 #include "kernels/gemm/int8_gemm.h"
+#include "kernels/gemm/int8_gemm_block_scaled_sm90.h"
 #include "kernels/quant/quant_block128.h"
 #include "kernels/quant/quant_per_row.h"
 #include "kernels/quant/quant_token128.h"
@@ -85,6 +90,22 @@ Status block_scaled_sm90(const td::kernels::Int8GemmBlockScaledArgs& args, cudaS
   return td::kernels::int8_gemm_block_scaled_sm90(args, stream);
 #else
   (void)args, (void)stream;
+  return Status::Unsupported;
+#endif
+}
+
+// One named variant of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h).
+enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt };
+Status block_scaled_sm90_variant(const td::kernels::Int8GemmBlockScaledArgs& args, BsVariant v, cudaStream_t stream) {
+#if TURBODIFF_HAVE_SM90
+  using K = td::kernels::BlockScaledSm90Kernel;
+  const K k = v == BsVariant::Baseline      ? K::Baseline
+              : v == BsVariant::FastPromote ? K::FastPromote
+              : v == BsVariant::Pipelined   ? K::Pipelined
+                                            : K::PipelinedCvt;
+  return td::kernels::int8_gemm_block_scaled_sm90(args, stream, k);
+#else
+  (void)args, (void)v, (void)stream;
   return Status::Unsupported;
 #endif
 }
@@ -286,6 +307,34 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
     record("block_scaled_sm90_block128", [&](int i) {
       require_ok(block_scaled_sm90(block(S(i), false), stream), "block_scaled_sm90");
     });
+    // The block-scaled sm90 variants side by side (the records above run the
+    // default one: TURBODIFF_GEMM_SM90_BLOCK_KERNEL, else baseline).
+    const std::pair<const char*, BsVariant> variants[] = {{"baseline", BsVariant::Baseline},
+                                                          {"fast_promote", BsVariant::FastPromote},
+                                                          {"pipelined", BsVariant::Pipelined},
+                                                          {"pipelined_cvt", BsVariant::PipelinedCvt}};
+    for (const auto& variant : variants) {
+      const BsVariant v = variant.second;
+      const std::string base = std::string("block_scaled_sm90_") + variant.first;
+      record(base + "_token128", [&](int i) {
+        require_ok(block_scaled_sm90_variant(block(S(i), true), v, stream), base.c_str());
+      });
+      record(base + "_block128", [&](int i) {
+        require_ok(block_scaled_sm90_variant(block(S(i), false), v, stream), base.c_str());
+      });
+      record(base + "_token128_epilogue", [&](int i) {
+        auto a = block(S(i), true);
+        with_epilogue(a.op);
+        require_ok(block_scaled_sm90_variant(a, v, stream), base.c_str());
+      });
+      record(base + "_token128_quant", [&](int i) {
+        const Set& t = S(i);
+        require_ok(td::kernels::quantize_token128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
+                                                       static_cast<float*>(t.sa_t128), M, stream),
+                   "quantize_token128_cuda");
+        require_ok(block_scaled_sm90_variant(block(t, true), v, stream), base.c_str());
+      });
+    }
     record("block_scaled_sm90_block128_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_block128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
@@ -392,6 +441,12 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     args.w_scale = sw, args.ld_w_scale = kb;
     require_ok(block_scaled_sm90(args, stream), "block_scaled_sm90");
     put("block_scaled_token128");
+    for (const auto& [vname, v] : {std::pair<const char*, BsVariant>{"fast_promote", BsVariant::FastPromote},
+                                   {"pipelined", BsVariant::Pipelined},
+                                   {"pipelined_cvt", BsVariant::PipelinedCvt}}) {
+      require_ok(block_scaled_sm90_variant(args, v, stream), vname);
+      put((std::string("block_scaled_token128_") + vname).c_str());
+    }
   }
   {  // TurboDiffusion's format: 128x128 blocks on both
     require_ok(td::kernels::quantize_block128_cuda(BF, x, M, K, K, a8, K, sa, stream), "quantize_block128_cuda");
@@ -466,6 +521,10 @@ int main(int argc, char** argv) {
     }
   }
   j["shapes"] = shapes;
+#if TURBODIFF_HAVE_SM90
+  j["block_scaled_sm90_default_variant"] =
+      td::kernels::block_scaled_sm90_kernel_name(td::kernels::BlockScaledSm90Kernel::Default);
+#endif
   if (sm90 && opt.filter.empty()) j["accuracy_vs_bf16"] = accuracy(32760, 1536, 1536, blas, stream);
   std::printf("%s\n", j.dump(1).c_str());
   cudaFree(blas_ws);

@@ -20,17 +20,38 @@
 //     of adjacent columns stored as bf16x2.
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
+//
+// Variants (BlockScaledSm90Kernel, one template each; Baseline is the default):
+//   Baseline     as above: cvt.rn.f32.s32 (I2F) + FFMA per accumulator, after
+//                waiting for the K block's wgmmas (the tensor cores idle
+//                while both warpgroups promote).
+//   FastPromote  the int32 -> fp32 conversion without I2F: a K block's partial
+//                sum has |x| <= 128*128*128 = 2^21 < 2^22, so
+//                float(x) == as_float(x + 0x4B400000) - 1.5*2^23 exactly
+//                (IADD + FADD at full rate instead of I2F at 16/clk/SM:
+//                16384 conversions per 128x128 K block are ~1024 SM clocks of
+//                I2F against ~512 clocks of INT8 wgmma for the block).
+//   Pipelined    FastPromote + two int32 accumulator sets: the wgmmas of K
+//                block kt+1 are issued before K block kt is promoted
+//                (wgmma.wait_group 1), so the promotion runs under the
+//                tensor-core work of the next block. 2 x 64 + 64 accumulator
+//                registers per consumer thread (of the 232 it gets).
+//   PipelinedCvt Pipelined with the compiler's int32 -> fp32 conversion
+//                (I2FP) instead of the magic-number trick: separates the two
+//                levers in the benchmark.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
-#include "kernels/gemm/int8_gemm.h"
+#include "kernels/gemm/int8_gemm_block_scaled_sm90.h"
 
 namespace td::kernels {
 namespace {
@@ -101,6 +122,12 @@ __device__ __forceinline__ void tile_coords(const KernelParams& p, int tile, int
   tile_n = idx / rows;
 }
 
+// float(x) for |x| < 2^22 with integer and fp32 adds only (see the header).
+__device__ __forceinline__ float small_int_to_float(int x) {
+  return __int_as_float(x + 0x4B400000) - 12582912.f;
+}
+
+template <bool kFastCvt, bool kDoubleAcc>
 __global__ void __launch_bounds__(kThreads, 1)
     int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaType tma_a,
                                        const __grid_constant__ TmaType tma_b) {
@@ -169,6 +196,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor tCrB = thr_mma.make_fragment_B(tCsB);
     Tensor acc = partition_fragment_C(tiled_mma, make_shape(Int<kBM>{}, Int<kBN>{}));  // int32
     Tensor facc = make_tensor<float>(acc.layout());
+    // second accumulator set of the Pipelined variant (dead code otherwise)
+    Tensor acc2 = make_tensor<int32_t>(acc.layout());
     // (row, col) within the tile of each accumulator element of this thread
     Tensor tCcC = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{})));
     // This thread's two rows: r_lo (bit 3 clear) and r_lo + 8, as in every
@@ -199,34 +228,124 @@ __global__ void __launch_bounds__(kThreads, 1)
       CUTE_UNROLL
       for (int i = 0; i < size(facc); ++i) facc(i) = 0.f;
 
-      for (int kt = 0; kt < p.ktiles; ++kt) {
+      if constexpr (!kDoubleAcc) {
+        for (int kt = 0; kt < p.ktiles; ++kt) {
+          cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[stage], phase);
+          warpgroup_fence_operand(acc);
+          warpgroup_arrive();
+          tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+          CUTE_UNROLL
+          for (int kk = 0; kk < size<2>(tCrA); ++kk) {
+            cute::gemm(tiled_mma, tCrA(_, _, kk, stage), tCrB(_, _, kk, stage), acc);
+            tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+          }
+          warpgroup_commit_batch();
+          float next_lo = 0.f, next_hi = 0.f;
+          if (kt + 1 < p.ktiles) load_scales(kt + 1, next_lo, next_hi);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc);
+          __syncwarp();
+          if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.empty[stage]);
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+          if constexpr (kFastCvt) {
+            // accumulator fragment of m64nNk32: values (i & 2) belong to row r_lo + 8
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc); ++i) facc(i) = fmaf(small_int_to_float(acc(i)), (i & 2) ? s_hi : s_lo, facc(i));
+          } else {
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc); ++i) {
+              const float s = (int(get<0>(tCcC(i))) & 8) ? s_hi : s_lo;
+              facc(i) += float(acc(i)) * s;
+            }
+          }
+          s_lo = next_lo;
+          s_hi = next_hi;
+        }
+      } else {
+        // Two accumulator sets: K block kt in acc_k[kt & 1]. The wgmmas of
+        // block kt + 1 are in flight while block kt is promoted.
+        auto issue = [&](auto& acc_x, int st) {
+          warpgroup_fence_operand(acc_x);
+          warpgroup_arrive();
+          tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+          CUTE_UNROLL
+          for (int kk = 0; kk < size<2>(tCrA); ++kk) {
+            cute::gemm(tiled_mma, tCrA(_, _, kk, st), tCrB(_, _, kk, st), acc_x);
+            tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+          }
+          warpgroup_commit_batch();
+          warpgroup_fence_operand(acc_x);
+        };
+        auto advance = [&]() {
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        };
+        // the stage after the current one
+        auto next_stage = [&](int& st, uint32_t& ph) {
+          st = stage + 1;
+          ph = phase;
+          if (st == kStages) {
+            st = 0;
+            ph ^= 1;
+          }
+        };
+        // facc += float(acc_x) * scale of the row (i & 2: row r_lo + 8)
+        auto promote = [&](auto& acc_x) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc_x); ++i) {
+            const float cv = kFastCvt ? small_int_to_float(acc_x(i)) : float(acc_x(i));
+            facc(i) = fmaf(cv, (i & 2) ? s_hi : s_lo, facc(i));
+          }
+        };
+        // With K block kt's wgmmas in flight in acc_cur: issue kt + 1 into
+        // acc_next, wait for kt (wait_group 1), release its stage, promote it.
+        // Every control-flow merge point has the same wgmma set in flight,
+        // which ptxas needs to keep the wgmmas asynchronous.
+        auto step_overlap = [&](auto& acc_cur, auto& acc_next, int kt) {
+          int st;
+          uint32_t ph;
+          next_stage(st, ph);
+          cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[st], ph);
+          issue(acc_next, st);
+          float next_lo, next_hi;
+          load_scales(kt + 1, next_lo, next_hi);
+          warpgroup_wait<1>();
+          warpgroup_fence_operand(acc_cur);
+          __syncwarp();
+          if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.empty[stage]);
+          advance();
+          promote(acc_cur);
+          s_lo = next_lo;
+          s_hi = next_hi;
+        };
+        // the last K block: nothing to issue
+        auto step_last = [&](auto& acc_cur) {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc_cur);
+          __syncwarp();
+          if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.empty[stage]);
+          advance();
+          promote(acc_cur);
+        };
         cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[stage], phase);
-        warpgroup_fence_operand(acc);
-        warpgroup_arrive();
-        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int kk = 0; kk < size<2>(tCrA); ++kk) {
-          cute::gemm(tiled_mma, tCrA(_, _, kk, stage), tCrB(_, _, kk, stage), acc);
-          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        issue(acc, stage);  // K block 0 in flight in acc
+        int kt = 0;
+        for (; kt + 2 < p.ktiles; kt += 2) {  // K blocks kt + 1 and kt + 2 exist
+          step_overlap(acc, acc2, kt);
+          step_overlap(acc2, acc, kt + 1);
         }
-        warpgroup_commit_batch();
-        float next_lo = 0.f, next_hi = 0.f;
-        if (kt + 1 < p.ktiles) load_scales(kt + 1, next_lo, next_hi);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc);
-        __syncwarp();
-        if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
+        // block kt in flight in acc; one or two blocks left
+        if (kt + 1 < p.ktiles) {
+          step_overlap(acc, acc2, kt);
+          step_last(acc2);
+        } else {
+          step_last(acc);
         }
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc); ++i) {
-          const float s = (int(get<0>(tCcC(i))) & 8) ? s_hi : s_lo;
-          facc(i) += float(acc(i)) * s;
-        }
-        s_lo = next_lo;
-        s_hi = next_hi;
       }
 
       // ---- epilogue: pairs of adjacent columns (i, i + 1) ----
@@ -263,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 struct DeviceFacts {
   int sm_count = 0, cc = 0;
-  bool configured = false;
+  bool configured[4] = {false, false, false, false};  // per BlockScaledSm90Kernel variant
 };
 
 DeviceFacts* device_facts(int device) {
@@ -284,7 +403,41 @@ DeviceFacts* device_facts(int device) {
 
 }  // namespace
 
+BlockScaledSm90Kernel block_scaled_sm90_env_default() {
+  static const BlockScaledSm90Kernel k = [] {
+    const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_KERNEL");
+    if (e && std::strcmp(e, "fast_promote") == 0) return BlockScaledSm90Kernel::FastPromote;
+    if (e && std::strcmp(e, "pipelined") == 0) return BlockScaledSm90Kernel::Pipelined;
+    if (e && std::strcmp(e, "pipelined_cvt") == 0) return BlockScaledSm90Kernel::PipelinedCvt;
+    return BlockScaledSm90Kernel::Baseline;
+  }();
+  return k;
+}
+
+const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel k) {
+  switch (k) {
+    case BlockScaledSm90Kernel::Default: return block_scaled_sm90_kernel_name(block_scaled_sm90_env_default());
+    case BlockScaledSm90Kernel::Baseline: return "baseline";
+    case BlockScaledSm90Kernel::FastPromote: return "fast_promote";
+    case BlockScaledSm90Kernel::Pipelined: return "pipelined";
+    case BlockScaledSm90Kernel::PipelinedCvt: return "pipelined_cvt";
+  }
+  return "?";
+}
+
 Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream) {
+  return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::Default);
+}
+
+Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel) {
+  if (kernel == BlockScaledSm90Kernel::Default) kernel = block_scaled_sm90_env_default();
+  const int variant = int(kernel) - 1;
+  if (variant < 0 || variant > 3) return Status::InvalidArgument;
+  using KernelFn = void (*)(const KernelParams, const TmaType, const TmaType);
+  static constexpr KernelFn kKernels[4] = {
+      &int8_gemm_block_scaled_sm90_kernel<false, false>, &int8_gemm_block_scaled_sm90_kernel<true, false>,
+      &int8_gemm_block_scaled_sm90_kernel<true, true>, &int8_gemm_block_scaled_sm90_kernel<false, true>};
+  const KernelFn fn = kKernels[variant];
   if (Status s = int8_gemm_block_scaled_check(args); s != Status::Ok) return s;
   const Int8GemmOperands& op = args.op;
   if (op.M == 0 || op.N == 0) return Status::Ok;
@@ -302,11 +455,11 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
     DeviceFacts* f = device_facts(device);
     if (!f) return Status::LaunchFailed;
     if (f->cc != 90) return Status::Unsupported;
-    if (!f->configured) {
-      if (cudaFuncSetAttribute(int8_gemm_block_scaled_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(sizeof(SharedStorage))) != cudaSuccess)
+    if (!f->configured[variant]) {
+      if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(SharedStorage))) !=
+          cudaSuccess)
         return Status::LaunchFailed;
-      f->configured = true;
+      f->configured[variant] = true;
     }
     sm_count = f->sm_count;
   }
@@ -341,8 +494,7 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
 
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int grid = int(tiles < sm_count ? tiles : sm_count);
-  int8_gemm_block_scaled_sm90_kernel<<<grid, kThreads, sizeof(SharedStorage), static_cast<cudaStream_t>(stream)>>>(
-      p, tma_a, tma_b);
+  fn<<<grid, kThreads, sizeof(SharedStorage), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b);
   return cudaPeekAtLastError() == cudaSuccess ? Status::Ok : Status::LaunchFailed;
 }
 

@@ -1,0 +1,28 @@
+// Variants of the sm90 block-scaled W8A8 kernel (kernels/gemm/int8_gemm.h's
+// int8_gemm_block_scaled_sm90), kept beside the current one until an H200 run
+// shows which is faster; declared here, not in int8_gemm.h, so adding them
+// does not rebuild every user of that header.
+#pragma once
+
+#include "kernels/gemm/int8_gemm.h"
+
+namespace td::kernels {
+
+#if TURBODIFF_HAVE_SM90 || defined(__CUDACC__)
+// Variants of the sm90 block-scaled kernel (same arguments, same results up to
+// fp32 summation order; the .cu file's header says how they differ):
+//   Baseline     I2F + FFMA promotion after each K block's wgmmas complete
+//   FastPromote  exact int32 -> fp32 by the 2^23 magic-number trick (no I2F)
+//   Pipelined    FastPromote + two int32 accumulator sets, promotion of K block
+//                kt overlapping the wgmmas of kt + 1
+//   PipelinedCvt Pipelined with the compiler's int32 -> fp32 conversion
+// Default = the environment variable TURBODIFF_GEMM_SM90_BLOCK_KERNEL
+// (baseline | fast_promote | pipelined | pipelined_cvt, read once per process), else Baseline.
+// The two-argument overload above runs Default.
+enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4 };
+Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel);
+// "baseline", "fast_promote", "pipelined", "pipelined_cvt" (Default: what it resolves to).
+const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel kernel);
+#endif
+
+}  // namespace td::kernels
