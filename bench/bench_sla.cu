@@ -6,6 +6,9 @@
 // SageAttention-style kernel with its quantization passes, linear branch).
 // The sparse kernels' dense-equivalent throughput is 4·B·H·L²·D / time.
 // CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
+// Block selection's top-k in both variants side by side: `*_select` / `*_total`
+// with the bitonic sort (the default), `*_select_radix` / `*_total_radix` with
+// the radix select (SlaTopkAlgo::Radix; the same LUT).
 // JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
 #include <cuda_runtime.h>
 
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
       p.q = p.k = p.v = p.o = td::kernels::attn_contiguous_strides(AttnLayout::BLHD, s.heads, s.len, D);
       p.scale = float(1.0 / std::sqrt(double(D)));
       p.topk = topk;
+      p.topk_algo = td::kernels::SlaTopkAlgo::Bitonic;  // the default; `*_radix` keys time SlaTopkAlgo::Radix
       auto record = [&](const std::string& key, const std::function<void(int)>& fn) {
         fn(0);
         const cudaError_t e = cudaStreamSynchronize(stream);
@@ -140,6 +144,11 @@ int main(int argc, char** argv) {
         TD_BENCH_CUDA(cudaMalloc(&lut, size_t(B * s.heads * p.query_blocks() * n_sel) * 4));
         const size_t sel_bytes = td::kernels::sla_block_select_workspace_size(p);
         const size_t lin_bytes = td::kernels::sla_linear_workspace_size(p);
+        SlaProblem pr = p;  // the radix-select top-k variant, timed beside the default
+        pr.topk_algo = td::kernels::SlaTopkAlgo::Radix;
+        if (check(td::kernels::sla_block_select_cuda(pr, q, k, nullptr, lut, ws, sel_bytes, stream), "sla_select_radix"))
+          record("sla_select_radix",
+                 [&](int) { td::kernels::sla_block_select_cuda(pr, q, k, nullptr, lut, ws, sel_bytes, stream); });
         if (check(td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, ws, sel_bytes, stream), "sla_select")) {
           record("sla_select", [&](int) { td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, ws, sel_bytes, stream); });
           if (check(td::kernels::sla_sparse_cuda(p, q, k, v, lut, n_sel, o, nullptr, stream), "sla_sparse")) {
@@ -166,6 +175,13 @@ int main(int argc, char** argv) {
                                         nullptr, ws, ws_bytes, stream),
                   "sla_total"))
           record("sla_total", total);
+        if (check(td::kernels::sla_cuda(pr, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr,
+                                        nullptr, ws, ws_bytes, stream),
+                  "sla_total_radix"))
+          record("sla_total_radix", [&](int) {
+            td::kernels::sla_cuda(pr, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr, nullptr,
+                                  ws, ws_bytes, stream);
+          });
         cudaFree(ws);
         cudaFree(lut);
       }
@@ -203,6 +219,10 @@ int main(int argc, char** argv) {
           r["sagesla_error"] = std::string(td::kernels::sla_last_error()) + " / " + td::kernels::attention_last_error();
         } else {
           record("sagesla_select", [&](int) { td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, sel_ws, sel_bytes, stream); });
+          SlaProblem pr = p;
+          pr.topk_algo = td::kernels::SlaTopkAlgo::Radix;
+          record("sagesla_select_radix",
+                 [&](int) { td::kernels::sla_block_select_cuda(pr, q, k, nullptr, lut, sel_ws, sel_bytes, stream); });
           const double ms = record("sagesla_sparse", [&](int) {
             td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
                                              sage_bytes, stream);
@@ -210,6 +230,13 @@ int main(int argc, char** argv) {
           if (ms > 0) r["sagesla_sparse_dense_equiv_tflops"] = dense_flops / (ms * 1e-3) / 1e12;
           record("sagesla_total", [&](int) {
             td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
+            td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
+                                             sage_bytes, stream);
+            td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
+                                             lin_bytes, stream);
+          });
+          record("sagesla_total_radix", [&](int) {
+            td::kernels::sla_block_select_cuda(pr, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
             td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
                                              sage_bytes, stream);
             td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,

@@ -4,7 +4,9 @@
 // NaN-poisoned outputs:
 //   - block selection: the LUT / map equal sla_block_map_cpu's up to ties
 //     (a GPU-selected block whose fp64 score is below the n_sel-th must tie it
-//     to 1e-4 of the row's score range; at most 1% of rows may differ at all);
+//     to 1e-4 of the row's score range; at most 1% of rows may differ at all),
+//     for both top-k variants (bitonic sort, radix select), and the radix
+//     select's LUT / map equal the bitonic sort's bit for bit (ties included);
 //   - sparse branch (BF16 flash, 128 x 64): rel L2 <= 1e-2 against fp64
 //     block-sparse attention with the same LUT, LSE within 2e-3;
 //   - linear branch (proj_l = identity onto a zero o): rel L2 <= 1e-2 against
@@ -142,11 +144,13 @@ struct SelectCase {
   bool bhld;
 };
 
-void check_selection(const SelectCase& c) {
+void check_selection(const SelectCase& c, kernels::SlaTopkAlgo algo) {
   SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " blocks "
-                                  << c.block_q << "x" << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD"));
+                                  << c.block_q << "x" << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD")
+                                  << (algo == kernels::SlaTopkAlgo::Radix ? " radix" : " bitonic"));
   const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
-  const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
+  SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
+  pd.topk_algo = algo;
   const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, c.topk, c.block_q, c.block_k);
   const int64_t QB = pd.query_blocks(), KB = pd.key_blocks(), rows = c.B * c.H * QB;
   const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
@@ -189,14 +193,61 @@ void check_selection(const SelectCase& c) {
   EXPECT_LE(differing_rows, std::max<int64_t>(1, rows / 100)) << "of " << rows << " rows";
 }
 
+// Every top-k variant (the bitonic sort and the radix select) against the reference.
 TEST(SlaGpu, BlockSelectionMatchesTheReferenceUpToTies) {
   TD_REQUIRE_GPU();
-  check_selection({1, 1000, 3, 128, 128, 64, 0.1, false});
-  check_selection({2, 1537, 2, 64, 128, 64, 0.2, true});
-  check_selection({1, 777, 2, 128, 64, 128, 0.15, false});  // sagesla's sm90 blocks
-  check_selection({1, 203, 3, 48, 32, 16, 0.3, true});      // any head_dim
-  check_selection({1, 5, 2, 64, 128, 64, 0.05, false});     // one block each way
-  check_selection({1, 32760, 1, 128, 128, 64, 0.1, false}); // Wan 480p: 512 key blocks
+  for (const auto algo : {kernels::SlaTopkAlgo::Bitonic, kernels::SlaTopkAlgo::Radix}) {
+    check_selection({1, 1000, 3, 128, 128, 64, 0.1, false}, algo);
+    check_selection({2, 1537, 2, 64, 128, 64, 0.2, true}, algo);
+    check_selection({1, 777, 2, 128, 64, 128, 0.15, false}, algo);  // sagesla's sm90 blocks
+    check_selection({1, 203, 3, 48, 32, 16, 0.3, true}, algo);      // any head_dim
+    check_selection({1, 5, 2, 64, 128, 64, 0.05, false}, algo);     // one block each way
+    check_selection({1, 32760, 1, 128, 128, 64, 0.1, false}, algo); // Wan 480p: 512 key blocks
+    check_selection({1, 9000, 1, 64, 64, 128, 1.0, false}, algo);   // topk 1: every block, by score
+  }
+}
+
+// The radix select gives the bitonic sort's LUT and map bit for bit (same
+// scores, same total order), also where everything ties (Q = 0: every score is
+// 0, so the LUT is 0..n_sel-1) and where n_sel > 1024 (radix falls back).
+TEST(SlaGpu, RadixTopkEqualsBitonicTopkExactly) {
+  TD_REQUIRE_GPU();
+  struct Case {
+    int64_t L, H, D, block_q, block_k;
+    double topk;
+    bool zero_q;
+  };
+  for (const Case& c : {Case{4099, 2, 128, 64, 128, 0.1, false}, Case{4099, 2, 128, 64, 128, 0.2, true},
+                        Case{3001, 3, 64, 128, 64, 0.3, false}, Case{70000, 1, 64, 128, 32, 0.5, false},
+                        Case{700, 1, 64, 64, 16, 0.7, true}}) {
+    SCOPED_TRACE(testing::Message() << "L" << c.L << " H" << c.H << " D" << c.D << " blocks " << c.block_q << "x"
+                                    << c.block_k << " topk " << c.topk << (c.zero_q ? " Q=0" : ""));
+    Inputs in = make_inputs(1, c.L, c.H, c.D, false);
+    if (c.zero_q) in.qd = Tensor::zeros({1, c.L, c.H, c.D}, DType::BF16, Device::cuda(0));
+    SlaProblem p = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
+    const int64_t QB = p.query_blocks(), KB = p.key_blocks(), rows = c.H * QB;
+    const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
+    const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    std::vector<int32_t> luts[2];
+    std::vector<uint8_t> maps[2];
+    for (int a = 0; a < 2; ++a) {
+      p.topk_algo = a == 0 ? kernels::SlaTopkAlgo::Bitonic : kernels::SlaTopkAlgo::Radix;
+      Tensor lut = device_buffer({rows, n_sel}, DType::I32), map = device_buffer({rows, KB}, DType::U8);
+      ASSERT_EQ(kernels::sla_block_select_cuda(p, in.qd.raw_data(), in.kd.raw_data(), map.data<uint8_t>(),
+                                               lut.data<int32_t>(), ws.raw_data(), ws_bytes, cuda::current_stream()),
+                Status::Ok)
+          << kernels::sla_last_error();
+      luts[a] = download<int32_t>(lut);
+      maps[a] = download<uint8_t>(map);
+    }
+    EXPECT_TRUE(luts[0] == luts[1]) << "the radix LUT differs from the bitonic LUT";
+    EXPECT_TRUE(maps[0] == maps[1]) << "the radix map differs from the bitonic map";
+    if (c.zero_q)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t s = 0; s < n_sel; ++s)
+          ASSERT_EQ(luts[1][size_t(r * n_sel + s)], int32_t(s)) << "all-tie row " << r << " position " << s;
+  }
 }
 
 // fp64 block-sparse attention with the LUT, [B, L, H, D] and LSE [B, H, L].

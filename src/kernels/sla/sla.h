@@ -46,6 +46,15 @@ namespace td::kernels {
 
 enum class SlaFeatureMap { Softmax, Elu, Relu };
 
+// How the CUDA block selection picks each query block's top n_sel key blocks
+// (the result is the same for both: the same ranking and tie rule, the same LUT
+// order). Bitonic: a full bitonic sort of every row (the default). Radix: a
+// radix select of the n_sel-th best (score, index) key (8-bit digits, shared
+// histograms), then only the n_sel selected keys ranked by counting; rows with
+// n_sel > 1024 fall back to the bitonic sort. Auto: Radix when the environment
+// variable TD_SLA_TOPK is "radix", else Bitonic.
+enum class SlaTopkAlgo { Auto, Bitonic, Radix };
+
 struct SlaProblem {
   int64_t batch = 0, heads = 0, len = 0, head_dim = 0;
   AttnStrides q, k, v, o;
@@ -53,6 +62,7 @@ struct SlaProblem {
   int64_t block_q = 128, block_k = 64;
   double topk = 0.1;            // fraction of key blocks kept, in (0, 1]
   SlaFeatureMap feature_map = SlaFeatureMap::Softmax;
+  SlaTopkAlgo topk_algo = SlaTopkAlgo::Auto;  // CUDA block selection only
 
   int64_t query_blocks() const { return (len + block_q - 1) / block_q; }
   int64_t key_blocks() const { return (len + block_k - 1) / block_k; }

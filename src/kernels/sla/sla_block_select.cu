@@ -14,11 +14,15 @@
 //      with its index into a 64-bit key that sorts by descending score, then by
 //      ascending index (the reference's tie rule; -0 counts as +0), a bitonic
 //      sort in shared memory, the first n_sel indices into the LUT and the map.
+//      Or (SlaTopkAlgo::Radix) a radix select of the n_sel-th key and a rank
+//      count of the selected keys only: the same LUT and map.
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/sla/sla.h"
@@ -247,6 +251,91 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkParams p) 
   }
 }
 
+// The radix-select variant (SlaTopkAlgo::Radix). The same 64-bit keys (smaller
+// is better, all distinct since the index is in them): a radix select finds the
+// n_sel-th smallest key T digit by digit (8-bit digits from the top; the score
+// half has 4 digits, the index half 2, as indices are < 2^16), each digit from a
+// 256-bin shared histogram of the keys that still match the prefix. Selected =
+// keys <= T, exactly n_sel. They are gathered (in any order) and each one's LUT
+// position is its rank among them, counted: the same LUT as the full sort.
+constexpr int kRadixMaxSel = 1024;
+
+__global__ void __launch_bounds__(kTopkThreads) topk_radix_kernel(const TopkParams p) {
+  extern __shared__ unsigned long long keys[];  // [kblocks], then sel[n_sel]
+  __shared__ unsigned hist[256];
+  __shared__ unsigned long long s_prefix;
+  __shared__ unsigned s_remaining, s_count;
+  unsigned long long* sel = keys + p.kblocks;
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const float* scores = p.scores + (bh * p.qblocks + i) * p.kblocks;
+  for (int j = tid; j < p.kblocks; j += kTopkThreads)
+    keys[j] = (uint64_t(~ordered_bits(scores[j])) << 32) | uint32_t(j);
+  if (tid == 0) {
+    s_prefix = 0;
+    s_remaining = unsigned(p.n_sel);  // the rank (1-based) of T among the keys still matching
+    s_count = 0;
+  }
+  unsigned long long mask = 0;
+#pragma unroll 1
+  for (int pass = 0; pass < 6; ++pass) {
+    const int shift = pass < 4 ? 56 - 8 * pass : (pass == 4 ? 8 : 0);  // index digits: bits 0-15
+    hist[tid] = 0;  // kTopkThreads == 256
+    __syncthreads();
+    const unsigned long long prefix = s_prefix;
+    for (int j = tid; j < p.kblocks; j += kTopkThreads) {
+      const unsigned long long key = keys[j];
+      if ((key & mask) == prefix) atomicAdd(&hist[unsigned(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid < 32) {  // one warp: the bin where the running count reaches s_remaining
+      unsigned c[8], sum = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        c[e] = hist[lane * 8 + e];
+        sum += c[e];
+      }
+      unsigned incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const unsigned excl = incl - sum, want = s_remaining;
+      if (excl < want && want <= incl) {  // exactly one lane
+        unsigned run = excl;
+        int digit = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (run < want && want <= run + c[e] && digit == 0) digit = lane * 8 + e + 1;
+          else if (digit == 0) run += c[e];
+        --digit;
+        s_prefix = prefix | (uint64_t(unsigned(digit)) << shift);
+        s_remaining = want - run;
+      }
+    }
+    mask |= 255ull << shift;
+    __syncthreads();
+  }
+  const unsigned long long T = s_prefix;  // the n_sel-th smallest key itself
+  const int64_t row = bh * p.qblocks + i;
+  if (p.map) {
+    uint8_t* m = p.map + row * p.kblocks;
+    for (int j = tid; j < p.kblocks; j += kTopkThreads) m[j] = keys[j] <= T ? 1 : 0;
+  }
+  if (!p.lut) return;
+  for (int j = tid; j < p.kblocks; j += kTopkThreads)
+    if (keys[j] <= T) sel[atomicAdd(&s_count, 1u)] = keys[j];
+  __syncthreads();
+  for (int s = tid; s < p.n_sel; s += kTopkThreads) {
+    const unsigned long long x = sel[s];
+    int rank = 0;
+    for (int t = 0; t < p.n_sel; ++t) rank += sel[t] < x;
+    p.lut[row * p.n_sel + rank] = int32_t(uint32_t(x));
+  }
+}
+
 Status launch_error(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok;
@@ -343,6 +432,24 @@ Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, 
   tp.n_sel = int(sla_selected_blocks(p.topk, KB));
   tp.lut = lut;
   tp.map = block_map;
+  SlaTopkAlgo algo = p.topk_algo;
+  if (algo == SlaTopkAlgo::Auto) {
+    const char* env = std::getenv("TD_SLA_TOPK");
+    algo = env && std::strcmp(env, "radix") == 0 ? SlaTopkAlgo::Radix : SlaTopkAlgo::Bitonic;
+  }
+  if (algo == SlaTopkAlgo::Radix && tp.n_sel <= kRadixMaxSel) {
+    const size_t smem = size_t(KB + tp.n_sel) * 8;
+    if (smem > 48 * 1024) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(topk_radix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e != cudaSuccess)
+        return sla_fail(Status::Unsupported, "sla_block_select_cuda: " + std::to_string(KB) + " key blocks need " +
+                                                 std::to_string(smem) + " bytes of shared memory: " +
+                                                 cudaGetErrorString(e));
+    }
+    topk_radix_kernel<<<dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)), kTopkThreads, smem, st>>>(tp);
+    return launch_error("topk_radix");
+  }
   const size_t smem = size_t(sort_size) * 8;
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
