@@ -47,7 +47,7 @@ nlohmann::json detection_json(const models::ModelDetection& d) {
     j["vocab"] = d.vocab;
     j["d_model"] = d.dim;
     j["num_layers"] = d.num_layers;
-  } else if (d.kind == models::ModelKind::WanVAE) {
+  } else if (d.kind == models::ModelKind::WanVAE || d.kind == models::ModelKind::TAEHV) {
     j["z_dim"] = d.z_dim;
   }
   return j;

@@ -5,7 +5,9 @@
 // video -> latent (normalised posterior mean). --device cuda runs the
 // channels-last BF16 path (cuDNN convolutions); --vae-tiling / --vae-tile /
 // --vae-tile-stride split frames into overlapping blended tiles (diffusers'
-// tiled_decode / tiled_encode) to bound memory.
+// tiled_decode / tiled_encode) to bound memory. decode --decoder taehv runs
+// the TAEHV tiny decoder (taew2_1.pth, models/taehv) on the same latent: a
+// fast approximate preview, same output shape and range.
 #include <chrono>
 #include <cstdio>
 
@@ -14,6 +16,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/taehv/taehv.h"
 #include "models/wan_vae/wan_vae.h"
 
 namespace td::app {
@@ -25,6 +28,8 @@ struct VaeOptions {
   std::string dtype;  // "" = bf16 on CUDA, f32 on the CPU
   bool tiling = false;
   int64_t tile = 0, tile_stride = 0;  // pixels; 0 = default (256, 3/4 of the tile)
+  std::string decoder = "wan";        // wan | taehv
+  int64_t taehv_chunk = 4;            // TAEHV latent frames per chunk (0 = all)
 };
 
 models::wan_vae::WanVaeRunOptions run_options(const VaeOptions& o) {
@@ -48,7 +53,43 @@ models::wan_vae::WanVaeRunOptions run_options(const VaeOptions& o) {
   return r;
 }
 
+int run_taehv_decode(const VaeOptions& o, const models::wan_vae::WanVaeRunOptions& ro, const Tensor& latent) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const models::taehv::TaehvDecoder dec(models::taehv::load_taehv(o.vae));
+  try {
+    dec.check_latent(latent);
+  } catch (const Error& e) {
+    fail(e.kind(), o.inputs, ": ", e.what(), " (", dec.config().describe(), ")");
+  }
+  models::taehv::TaehvRunOptions to;
+  to.device = ro.device;
+  to.dtype = ro.dtype;
+  to.latent_frames_per_chunk = o.taehv_chunk;
+  const bool cuda_run = to.device->is_cuda();
+  const std::string dtype = cuda_run ? (to.dtype == DType::F32 ? "f32" : "bf16") : "f32";
+  if (cuda_run) cuda::reset_peak(0);
+  const auto t1 = std::chrono::steady_clock::now();
+  const Tensor y = dec.decode(latent, to);
+  const auto t2 = std::chrono::steady_clock::now();
+  io::write_safetensors(o.out, {{"video", y}},
+                        {{"model", dec.config().describe()}, {"decoder", "taehv"},
+                         {"device", cuda_run ? "cuda" : "cpu"}, {"dtype", dtype}});
+  const std::string peak =
+      cuda_run ? cat(", peak GPU memory ", cuda::peak_allocated_bytes(0) / double(1 << 20), " MiB") : std::string();
+  std::printf("video %s written to %s (%s; %s %s; load %.2f s, decode %.2f s%s)\n", shape_str(y.shape()).c_str(),
+              o.out.c_str(), dec.config().describe().c_str(), cuda_run ? "cuda" : "cpu", dtype.c_str(),
+              std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
+              peak.c_str());
+  return 0;
+}
+
 int run_vae(const VaeOptions& o, bool decode) {
+  const bool taehv = o.decoder == "taehv";
+  TD_CHECK(!taehv || decode, Usage, "--decoder taehv: TAEHV is a decoder here; `vae encode` uses the Wan VAE");
+  TD_CHECK(!taehv || !(o.tiling || o.tile > 0 || o.tile_stride > 0), Usage,
+           "--decoder taehv: --vae-tiling / --vae-tile / --vae-tile-stride apply to the Wan VAE only (TAEHV bounds "
+           "memory by decoding --taehv-chunk latent frames at a time)");
+  TD_CHECK(o.taehv_chunk >= 0, Usage, "--taehv-chunk ", o.taehv_chunk, ": must be >= 0 (0 = all frames at once)");
   const models::wan_vae::WanVaeRunOptions ro = run_options(o);
   const char* in_name = decode ? "latent" : "video";
   const char* out_name = decode ? "video" : "latent";
@@ -62,6 +103,7 @@ int run_vae(const VaeOptions& o, bool decode) {
          decode ? "[B, 16, T, H, W]" : "[B, 3, F, H, W] in [-1, 1]", ")",
          x ? "" : cat("; it is missing"), others.empty() ? "" : cat("; unexpected tensor(s): ", others));
 
+  if (taehv) return run_taehv_decode(o, ro, *x);
   const auto t0 = std::chrono::steady_clock::now();
   models::wan_vae::WanVaeLoadOptions lo;
   lo.config_path = o.config;
@@ -110,6 +152,13 @@ void register_vae(CLI::App& app, Commands& cmds) {
     sub->add_option("--out", o->out,
                     decode ? "safetensors to write: tensor 'video' (f32)" : "safetensors to write: tensor 'latent' (f32)")
         ->required();
+    sub->add_option("--decoder", o->decoder,
+                    "wan (the Wan2.1 VAE, default) or taehv (decode only: the TAEHV tiny decoder, --vae taew2_1.pth "
+                    "or .safetensors; fast approximate previews)")
+        ->check(CLI::IsMember({"wan", "taehv"}));
+    sub->add_option("--taehv-chunk", o->taehv_chunk,
+                    "--decoder taehv: latent frames decoded at a time (0 = all; the result does not depend on it, "
+                    "memory does; default 4)");
     sub->add_option("--config", o->config, "diffusers config.json of the VAE (default: config.json beside it)");
     sub->add_option("--device", o->device, "cpu (fp32 reference) or cuda (channels-last bf16, cuDNN convolutions)")
         ->check(CLI::IsMember({"cpu", "cuda"}));

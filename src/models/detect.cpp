@@ -147,6 +147,25 @@ void detect_umt5(const Index& idx, ModelDetection& d, bool hf) {
                       hf ? ", HF transformers layout" : ", Wan layout");
 }
 
+// TAEHV (madebyollin/taehv: "encoder.<i>..." / "decoder.<i>..." of an
+// nn.Sequential): Clamp at decoder.0 (no tensor), conv decoder.1, MemBlocks
+// from decoder.3 (conv.0/2/4), final conv decoder.22 (3 channels x patch^2).
+void detect_taehv(const Index& idx, ModelDetection& d) {
+  d.layout = KeyLayout::Original;
+  const TensorMeta* first = idx.get("decoder.1.weight");
+  if (first && first->shape.size() == 4) d.z_dim = first->shape[1];
+  const TensorMeta* last = idx.get("decoder.22.weight");
+  const bool has_encoder = idx.get("encoder.0.weight") != nullptr;
+  const bool super = idx.get("decoder.0.weight") != nullptr;
+  const int64_t out_ch = last && !last->shape.empty() ? last->shape[0] : 0;
+  d.variant = super ? "TAEHV-super" : (d.z_dim == 16 && out_ch == 3 ? "TAEHV (taew2_1, Wan2.1 latents)" : "TAEHV");
+  d.description = cat("TAEHV tiny autoencoder ", d.variant, ": ", d.z_dim, " latent channels, ",
+                      has_encoder ? "encoder + decoder" : "decoder only",
+                      out_ch && out_ch != 3 ? cat(", ", out_ch, " output channels (patch size 2)") : std::string(),
+                      super ? " (super decoder: not supported by turbodiff)" : "",
+                      first ? "" : " (no decoder: not usable by turbodiff)");
+}
+
 }  // namespace
 
 const char* model_kind_name(ModelKind k) {
@@ -154,6 +173,7 @@ const char* model_kind_name(ModelKind k) {
     case ModelKind::WanDiT: return "wan-dit";
     case ModelKind::WanVAE: return "wan-vae";
     case ModelKind::UMT5Encoder: return "umt5-encoder";
+    case ModelKind::TAEHV: return "taehv";
     case ModelKind::Unknown: return "unknown";
   }
   return "unknown";
@@ -172,17 +192,22 @@ ModelDetection detect_model(const std::vector<TensorMeta>& tensors) {
                    idx.get("encoder.conv1.weight") || idx.get("encoder.conv_in.weight");
   const bool t5_wan = idx.get("token_embedding.weight") && idx.get("blocks.0.attn.q.weight");
   const bool t5_hf = idx.get("encoder.block.0.layer.0.SelfAttention.q.weight") != nullptr;
+  const bool taehv = (idx.get("decoder.1.weight") && idx.get("decoder.3.conv.0.weight")) ||
+                     (idx.get("encoder.0.weight") && idx.get("encoder.4.conv.0.weight"));
   if (dit) {
     d.kind = ModelKind::WanDiT;
     detect_dit(idx, d);
   } else if (vae) {
     d.kind = ModelKind::WanVAE;
     detect_vae(idx, d);
+  } else if (taehv) {
+    d.kind = ModelKind::TAEHV;
+    detect_taehv(idx, d);
   } else if (t5_wan || t5_hf) {
     d.kind = ModelKind::UMT5Encoder;
     detect_umt5(idx, d, t5_hf);
   } else {
-    d.description = "not recognised as a Wan DiT, Wan VAE or umT5 encoder";
+    d.description = "not recognised as a Wan DiT, Wan VAE, umT5 encoder or TAEHV decoder";
   }
   return d;
 }

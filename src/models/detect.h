@@ -1,7 +1,8 @@
 // Decides what a checkpoint is from its tensor names and shapes alone (no
 // config file): a Wan DiT (T2V 1.3B / 14B, Wan2.1 I2V, Wan2.2 I2V A14B expert;
 // original, diffusers or rCM/TurboDiffusion layout; INT8 "-quant"; with SLA
-// proj_l), the Wan VAE, or the umT5 text encoder. Used by `turbodiff info`
+// proj_l), the Wan VAE, the umT5 text encoder, or the TAEHV tiny decoder
+// (madebyollin's taew2_1.pth layout). Used by `turbodiff info`
 // and by the loaders to pick a config.
 #pragma once
 
@@ -14,7 +15,7 @@
 
 namespace td::models {
 
-enum class ModelKind { Unknown, WanDiT, WanVAE, UMT5Encoder };
+enum class ModelKind { Unknown, WanDiT, WanVAE, UMT5Encoder, TAEHV };
 
 enum class KeyLayout { Unknown, Original, Diffusers };
 
