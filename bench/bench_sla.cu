@@ -8,7 +8,10 @@
 // CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
 // Block selection's top-k in both variants side by side: `*_select` / `*_total`
 // with the bitonic sort (the default), `*_select_radix` / `*_total_radix` with
-// the radix select (SlaTopkAlgo::Radix; the same LUT).
+// the radix select (SlaTopkAlgo::Radix; the same LUT); `sagesla_total_overlap` /
+// `sagesla_total_radix_overlap` with the linear branch's K/V half
+// (`sagesla_linear_prepare`) on a second stream beside selection and the
+// sparse kernel, its Q half (`sagesla_linear_apply`) after.
 // JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
 #include <cuda_runtime.h>
 
@@ -235,6 +238,34 @@ int main(int argc, char** argv) {
             td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
                                              lin_bytes, stream);
           });
+          // The linear branch's K/V half on a second stream (forked before the
+          // selection, joined before its Q half): what ops::sla does with
+          // SlaOptions::overlap_linear / TD_SLA_OVERLAP=1.
+          cudaStream_t aux;
+          cudaEvent_t fork_ev, join_ev;
+          TD_BENCH_CUDA(cudaStreamCreateWithFlags(&aux, cudaStreamNonBlocking));
+          TD_BENCH_CUDA(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
+          TD_BENCH_CUDA(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
+          for (const bool radix : {false, true})
+            record(radix ? "sagesla_total_radix_overlap" : "sagesla_total_overlap", [&](int) {
+              td::kernels::sla_stream_wait(aux, stream, fork_ev);
+              td::kernels::sla_linear_prepare_cuda(p, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
+                                                   lin_bytes, aux);
+              td::kernels::sla_block_select_cuda(radix ? pr : p, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
+              td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,
+                                               sage_bytes, stream);
+              td::kernels::sla_stream_wait(stream, aux, join_ev);
+              td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream);
+            });
+          record("sagesla_linear_prepare", [&](int) {
+            td::kernels::sla_linear_prepare_cuda(p, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
+                                                 lin_bytes, stream);
+          });
+          record("sagesla_linear_apply",
+                 [&](int) { td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream); });
+          cudaEventDestroy(fork_ev);
+          cudaEventDestroy(join_ev);
+          cudaStreamDestroy(aux);
           record("sagesla_total_radix", [&](int) {
             td::kernels::sla_block_select_cuda(pr, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
             td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,

@@ -1,6 +1,11 @@
 #include "ops/sla.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -35,6 +40,18 @@ Tensor as_f32(const Tensor& t) {
   return f;
 }
 
+#if TURBODIFF_HAVE_CUDA
+// A second stream per device for the linear branch's K/V half (created once, kept).
+void* aux_stream(int device) {
+  static std::mutex mu;
+  static std::map<int, cuda::Stream*> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  cuda::Stream*& s = streams[device];
+  if (!s) s = new cuda::Stream(device);
+  return s->native();
+}
+#endif
+
 kernels::AttnStrides strides_of(const Tensor& t) {
   const auto& s = t.strides();
   return {s[0], s[2], s[1]};
@@ -55,6 +72,7 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   p.block_k = options.block_k;
   p.topk = options.topk;
   p.feature_map = options.feature_map;
+  p.topk_algo = options.topk_algo;
   return p;
 }
 
@@ -110,6 +128,45 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   // SageSLA: the selection with the sage kernel's blocks, its block-sparse kernel, our linear branch.
   const int64_t n_sel = kernels::sla_selected_blocks(p.topk, p.key_blocks());
   Tensor lut = Tensor::empty({p.batch, p.heads, p.query_blocks(), n_sel}, DType::I32, q.device());
+  bool overlap = false;
+  if (proj_weight.defined()) {
+    if (options.overlap_linear) {
+      overlap = *options.overlap_linear;
+    } else {
+      const char* env = std::getenv("TD_SLA_OVERLAP");
+      overlap = env && std::string(env) == "1";
+    }
+  }
+  // The linear branch's K/V half forked onto a second stream (it reads K and V
+  // only), joined back before its Q half adds onto the sparse output.
+  Tensor lin_ws;
+  std::unique_ptr<cuda::Event> fork_event, join_event;
+  void* join_aux = nullptr;
+  if (overlap) {
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(p);
+    lin_ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
+    void* aux = aux_stream(q.device().index);
+    fork_event = std::make_unique<cuda::Event>();
+    join_event = std::make_unique<cuda::Event>();
+    check(kernels::sla_stream_wait(aux, stream, fork_event->native()), "fork");
+    check(kernels::sla_linear_prepare_cuda(p, k.raw_data(), v.raw_data(), proj_weight.raw_data(),
+                                           proj_bias.raw_data(), proj_type, lin_ws.raw_data(), ws_bytes, aux),
+          "linear branch (K/V half)");
+    join_aux = aux;
+  }
+  // If anything below throws, wait for the K/V half before lin_ws goes back to the pool.
+  struct AuxGuard {
+    cuda::Event* event;
+    void* aux;
+    ~AuxGuard() {
+      if (!aux) return;
+      try {
+        event->record(aux);
+        event->synchronize();
+      } catch (...) {
+      }
+    }
+  } guard{join_event.get(), join_aux};
   {
     const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
     Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
@@ -125,7 +182,13 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   Tensor o = sage_attention(q, k, v, so, DType::BF16);
   TD_CHECK(o.is_contiguous() && o.shape() == Shape({p.batch, p.len, p.heads, D}), Internal, kOp,
            ": the sage kernel returned ", o.desc(), ", expected a contiguous [B, L, H, D]");
-  if (proj_weight.defined()) {
+  if (overlap) {
+    guard.aux = nullptr;
+    check(kernels::sla_stream_wait(stream, join_aux, join_event->native()), "join");
+    check(kernels::sla_linear_apply_cuda(p, q.raw_data(), o.raw_data(), lin_ws.raw_data(), size_t(lin_ws.numel()),
+                                         stream),
+          "linear branch (Q half)");
+  } else if (proj_weight.defined()) {
     const size_t ws_bytes = kernels::sla_linear_workspace_size(p);
     Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
     check(kernels::sla_linear_add_cuda(p, q.raw_data(), k.raw_data(), v.raw_data(), proj_weight.raw_data(),

@@ -19,13 +19,17 @@
 //     rel L2 <= 2e-2 (issue 7's GPU bar); sla with topk 1 and proj_l 0 against
 //     original on CUDA: rel L2 <= 1e-2;
 //   - sagesla (64 x 128 blocks, the SageAttention-style kernel) where the build
-//     has it: cosine >= 0.999 against the CPU layer; a clear error otherwise.
+//     has it: cosine >= 0.999 against the CPU layer; a clear error otherwise;
+//     every variant (radix top-k, linear branch overlapped on a second stream)
+//     the same bits as the default; the linear branch in two halves (also
+//     across two streams) the same bits as in one call.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -368,6 +372,56 @@ TEST(SlaGpu, LinearBranchMatchesTheReferenceAndIsDeterministic) {
   }
 }
 
+// The linear branch in two halves (prepare: K/V; apply: Q and o) equals the
+// one-call branch bit for bit, including with the prepare half on a second
+// stream forked / joined with events (the overlapped SageSLA path).
+TEST(SlaGpu, LinearBranchInTwoHalvesEqualsOneCall) {
+  TD_REQUIRE_GPU();
+  for (const auto& [L, D, fm] : {std::tuple<int64_t, int64_t, SlaFeatureMap>{1537, 128, SlaFeatureMap::Softmax},
+                                 {333, 64, SlaFeatureMap::Elu}}) {
+    SCOPED_TRACE(testing::Message() << "L" << L << " D" << D << " fm " << int(fm));
+    const Inputs in = make_inputs(1, L, 3, D, true);
+    const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 128, 64, fm);
+    const Tensor w = test::randn_tensor({D, D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor bias = test::randn_tensor({D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor o0 = test::randn_tensor({1, L, 3, D}, DType::BF16).to(Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    std::vector<Tensor> outs;
+    for (int mode = 0; mode < 3; ++mode) {  // one call; two halves on one stream; K/V half on a second stream
+      Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+      test::poison(ws);
+      Tensor o = o0.clone();
+      void* st = cuda::current_stream();
+      if (mode == 0) {
+        ASSERT_EQ(kernels::sla_linear_add_cuda(pd, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                               bias.raw_data(), kernels::ElemType::F32, o.raw_data(), ws.raw_data(),
+                                               ws_bytes, st),
+                  Status::Ok)
+            << kernels::sla_last_error();
+      } else {
+        cuda::Stream aux(0);
+        cuda::Event fork, join;
+        void* prep_stream = mode == 2 ? aux.native() : st;
+        if (mode == 2) ASSERT_EQ(kernels::sla_stream_wait(aux.native(), st, fork.native()), Status::Ok);
+        ASSERT_EQ(kernels::sla_linear_prepare_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                                   bias.raw_data(), kernels::ElemType::F32, ws.raw_data(), ws_bytes,
+                                                   prep_stream),
+                  Status::Ok)
+            << kernels::sla_last_error();
+        if (mode == 2) ASSERT_EQ(kernels::sla_stream_wait(st, aux.native(), join.native()), Status::Ok);
+        ASSERT_EQ(kernels::sla_linear_apply_cuda(pd, in.qd.raw_data(), o.raw_data(), ws.raw_data(), ws_bytes, st),
+                  Status::Ok)
+            << kernels::sla_last_error();
+        cuda::synchronize(0);
+      }
+      outs.push_back(o.to(Device::cpu()));
+    }
+    for (int mode = 1; mode < 3; ++mode)
+      EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[size_t(mode)].raw_data(), size_t(outs[0].numel()) * 2), 0)
+          << "mode " << mode << " differs from the one-call linear branch";
+  }
+}
+
 struct LayerCase {
   int64_t B, L, H, D;
   double topk;
@@ -449,6 +503,42 @@ TEST(SlaGpu, SageSlaRunsOrSaysWhatIsMissing) {
   check_layer({1, 1000, 2, 128, 0.1, false, true, false, SlaFeatureMap::Softmax}, 64, 128, 5e-2, 0.999);
   check_layer({1, 1537, 2, 128, 0.2, true, true, false, SlaFeatureMap::Softmax}, 64, 128, 5e-2, 0.999);
   check_layer({1, 1000, 2, 64, 0.1, false, false, false, SlaFeatureMap::Softmax}, 128, 64, 5e-2, 0.999);
+}
+
+// Every SageSLA variant (top-k bitonic / radix, linear branch in line /
+// overlapped on a second stream) against the CPU layer (cosine >= 0.999) and
+// bit for bit against the default path (they run the same kernels on the same LUT).
+TEST(SlaGpu, SageSlaVariantsEqualTheDefault) {
+  TD_REQUIRE_GPU();
+  ops::SlaOptions so;
+  so.block_q = 64;
+  so.block_k = 128;
+  so.topk = 0.15;
+  if (!ops::sla_cuda_available(so)) GTEST_SKIP() << "this build has no SageAttention-style kernel";
+  const int64_t L = 2113, H = 3, D = 128;
+  const Inputs in = make_inputs(1, L, H, D, true);
+  const Tensor w = test::randn_tensor({D, D}, DType::F32, 0.1f), b = test::randn_tensor({D}, DType::F32, 0.1f);
+  const Tensor wd = w.to(Device::cuda(0)), bd = b.to(Device::cuda(0));
+  const Tensor ref = ops::sla(in.qh, in.kh, in.vh, w, b, so);
+  Tensor base;
+  for (const auto algo : {kernels::SlaTopkAlgo::Bitonic, kernels::SlaTopkAlgo::Radix})
+    for (const bool overlap : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (algo == kernels::SlaTopkAlgo::Radix ? "radix" : "bitonic")
+                                      << (overlap ? " overlapped linear" : " in-line linear"));
+      ops::SlaOptions v = so;
+      v.topk_algo = algo;
+      v.overlap_linear = overlap;
+      const Tensor got = ops::sla(in.qd, in.kd, in.vd, wd, bd, v).to(Device::cpu());
+      const auto acc = test::compare(got, ref);
+      std::printf("sagesla variant %s%s: %s\n", algo == kernels::SlaTopkAlgo::Radix ? "radix" : "bitonic",
+                  overlap ? "+overlap" : "", acc.str().c_str());
+      TD_EXPECT_CLOSE(acc, 5e-2, 0.999);
+      if (!base.defined())
+        base = got;
+      else
+        EXPECT_EQ(std::memcmp(base.raw_data(), got.raw_data(), size_t(got.numel()) * 2), 0)
+            << "differs from the bitonic, in-line path";
+    }
 }
 
 TEST(SlaGpu, RefusesWhatItCannotRun) {

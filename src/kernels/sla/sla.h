@@ -128,6 +128,19 @@ Status sla_sparse_cuda(const SlaProblem& p, const void* q, const void* k, const 
 // no atomics, the same input gives the same bits. proj weight [D, D] (out, in)
 // and bias [D] on the device, fp32 or bf16 (proj_type).
 size_t sla_linear_workspace_size(const SlaProblem& p);
+// The same in two halves (prepare then apply on one workspace == sla_linear_add_cuda,
+// bit for bit), so the K/V half can run on a second stream while the sparse
+// branch writes o: prepare reads K, V and proj_l only (φ(K)ᵀV, Σφ(K), M and
+// the bias into the workspace); apply reads Q and the workspace and adds onto o.
+Status sla_linear_prepare_cuda(const SlaProblem& p, const void* k, const void* v, const void* proj_weight,
+                               const void* proj_bias, ElemType proj_type, void* workspace, size_t workspace_bytes,
+                               void* stream);
+Status sla_linear_apply_cuda(const SlaProblem& p, const void* q, void* o, void* workspace, size_t workspace_bytes,
+                             void* stream);
+// `waiting` waits for the work queued on `source` so far (cudaEvent_t `event`
+// recorded on source, then cudaStreamWaitEvent): the fork and the join of the
+// linear branch's K/V half on a second stream (sla_layer.cu).
+Status sla_stream_wait(void* waiting, void* source, void* event);
 Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
                            const void* proj_bias, ElemType proj_type, void* o, void* workspace,
                            size_t workspace_bytes, void* stream);

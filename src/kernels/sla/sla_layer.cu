@@ -78,4 +78,12 @@ Status sla_cuda(const SlaProblem& p, const void* q, const void* k, const void* v
                              align256(sla_linear_workspace_size(p)), stream);
 }
 
+Status sla_stream_wait(void* waiting, void* source, void* event) {
+  const auto ev = static_cast<cudaEvent_t>(event);
+  cudaError_t e = cudaEventRecord(ev, static_cast<cudaStream_t>(source));
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(static_cast<cudaStream_t>(waiting), ev, 0);
+  if (e == cudaSuccess) return Status::Ok;
+  return detail::sla_fail(Status::LaunchFailed, std::string("sla_stream_wait: ") + cudaGetErrorString(e));
+}
+
 }  // namespace td::kernels

@@ -375,9 +375,11 @@ Status launch_error(const char* what) {
                           std::string("sla_linear_add_cuda: ") + what + " launch failed: " + cudaGetErrorString(e));
 }
 
+constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; linear_apply
+
 template <int D, int FM>
-Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st) {
-  {
+Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
+  if (phases & kPhasePrepare) {
     auto kernel = kv_partial_kernel<D, FM>;
     constexpr int smem = KvTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
@@ -387,12 +389,15 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
         p);
     if (Status s = launch_error("kv_partial"); s != Status::Ok) return s;
   }
-  const dim3 pgrid(unsigned(D), unsigned(sp.batch * sp.heads));
-  if (proj_type == ElemType::F32)
-    kv_project_kernel<D, float><<<pgrid, D, 0, st>>>(p);
-  else
-    kv_project_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
-  if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
+  if (phases & kPhasePrepare) {
+    const dim3 pgrid(unsigned(D), unsigned(sp.batch * sp.heads));
+    if (proj_type == ElemType::F32)
+      kv_project_kernel<D, float><<<pgrid, D, 0, st>>>(p);
+    else
+      kv_project_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
+    if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
+  }
+  if (!(phases & kPhaseApply)) return Status::Ok;
   {
     auto kernel = linear_apply_kernel<D, FM>;
     constexpr int smem = ApplyTraits<D>::kSmemBytes;
@@ -406,11 +411,11 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
 }
 
 template <int D>
-Status run_fm(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st) {
+Status run_fm(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
   switch (sp.feature_map) {
-    case SlaFeatureMap::Softmax: return run<D, 0>(sp, p, proj_type, st);
-    case SlaFeatureMap::Elu: return run<D, 1>(sp, p, proj_type, st);
-    case SlaFeatureMap::Relu: return run<D, 2>(sp, p, proj_type, st);
+    case SlaFeatureMap::Softmax: return run<D, 0>(sp, p, proj_type, st, phases);
+    case SlaFeatureMap::Elu: return run<D, 1>(sp, p, proj_type, st, phases);
+    case SlaFeatureMap::Relu: return run<D, 2>(sp, p, proj_type, st, phases);
   }
   return detail::sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: unknown feature map");
 }
@@ -421,9 +426,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 size_t sla_linear_workspace_size(const SlaProblem& p) { return carve(p, nullptr).bytes; }
 
-Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
-                           const void* proj_bias, ElemType proj_type, void* o, void* workspace,
-                           size_t workspace_bytes, void* stream) {
+namespace {
+Status linear_impl(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
+                   const void* proj_bias, ElemType proj_type, void* o, void* workspace, size_t workspace_bytes,
+                   void* stream, int phases) {
   using detail::sla_fail;
   if (Status s = sla_check(p); s != Status::Ok) return s;
   if (p.head_dim != 64 && p.head_dim != 128)
@@ -431,8 +437,10 @@ Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, co
                     "sla_linear_add_cuda: head_dim must be 64 or 128, got " + std::to_string(p.head_dim));
   if (proj_type != ElemType::F32 && proj_type != ElemType::BF16)
     return sla_fail(Status::Unsupported, "sla_linear_add_cuda: proj_l must be f32 or bf16");
-  if (!q || !k || !v || !o || !proj_weight || !proj_bias)
-    return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: null Q, K, V, O or proj_l pointer");
+  if ((phases & kPhasePrepare) && (!k || !v || !proj_weight || !proj_bias))
+    return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: null K, V or proj_l pointer");
+  if ((phases & kPhaseApply) && (!q || !o))
+    return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: null Q or O pointer");
   if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
     return sla_fail(Status::Unsupported, "sla_linear_add_cuda: Q, K, V and O must be 16-byte aligned");
   for (const AttnStrides* s : {&p.q, &p.k, &p.v, &p.o})
@@ -462,7 +470,28 @@ Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, co
   lp.n_chunks = int(c.n_chunks);
   lp.ws = ws;
   const auto st = static_cast<cudaStream_t>(stream);
-  return p.head_dim == 64 ? run_fm<64>(p, lp, proj_type, st) : run_fm<128>(p, lp, proj_type, st);
+  return p.head_dim == 64 ? run_fm<64>(p, lp, proj_type, st, phases) : run_fm<128>(p, lp, proj_type, st, phases);
+}
+}  // namespace
+
+Status sla_linear_add_cuda(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
+                           const void* proj_bias, ElemType proj_type, void* o, void* workspace,
+                           size_t workspace_bytes, void* stream) {
+  return linear_impl(p, q, k, v, proj_weight, proj_bias, proj_type, o, workspace, workspace_bytes, stream,
+                     kPhasePrepare | kPhaseApply);
+}
+
+Status sla_linear_prepare_cuda(const SlaProblem& p, const void* k, const void* v, const void* proj_weight,
+                               const void* proj_bias, ElemType proj_type, void* workspace, size_t workspace_bytes,
+                               void* stream) {
+  return linear_impl(p, nullptr, k, v, proj_weight, proj_bias, proj_type, nullptr, workspace, workspace_bytes, stream,
+                     kPhasePrepare);
+}
+
+Status sla_linear_apply_cuda(const SlaProblem& p, const void* q, void* o, void* workspace, size_t workspace_bytes,
+                             void* stream) {
+  return linear_impl(p, q, nullptr, nullptr, nullptr, nullptr, ElemType::F32, o, workspace, workspace_bytes, stream,
+                     kPhaseApply);
 }
 
 }  // namespace td::kernels
