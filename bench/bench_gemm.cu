@@ -46,11 +46,18 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
@@ -166,8 +173,126 @@ struct Options {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// ---- probe of the block-scaled sm90 variants --------------------------------
+// Each variant runs once in a child process (forked before this process
+// touches CUDA) on two problems (ktiles even and odd, several tiles per CTA),
+// its bf16 output compared bit for bit with the baseline variant's (the
+// variants differ only in instruction choice and overlap: same fp32 operations
+// in the same order). A variant that faults or hangs (the child gets 60 s) is
+// reported and not timed, so it cannot take the other measurements with it.
+const char* const kVariantNames[] = {"baseline", "fast_promote", "pipelined", "pipelined_cvt"};
+const BsVariant kVariants[] = {BsVariant::Baseline, BsVariant::FastPromote, BsVariant::Pipelined,
+                               BsVariant::PipelinedCvt};
+
+int probe_child(int fd) {
+  auto say = [&](const std::string& line) {
+    const std::string l = line + "\n";
+    if (write(fd, l.data(), l.size()) < 0) _exit(3);
+  };
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 2;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) return 2;
+  struct P {
+    int64_t M, N, K;
+  };
+  const P problems[] = {{2000, 1536, 1536}, {1111, 264, 1408}};
+  std::vector<std::string> verdict(4, "ok");
+  for (const P& pr : problems) {
+    const int64_t kb = (pr.K + 127) / 128;
+    int8_t *a, *w;
+    float *sa, *sw;
+    void *out, *out0;
+    TD_BENCH_CUDA(cudaMalloc(&a, size_t(pr.M * pr.K)));
+    TD_BENCH_CUDA(cudaMalloc(&w, size_t(pr.N * pr.K)));
+    TD_BENCH_CUDA(cudaMalloc(&sa, size_t(kb * pr.M) * 4));
+    TD_BENCH_CUDA(cudaMalloc(&sw, size_t((pr.N + 127) / 128 * kb) * 4));
+    TD_BENCH_CUDA(cudaMalloc(&out, size_t(pr.M * pr.N) * 2));
+    TD_BENCH_CUDA(cudaMalloc(&out0, size_t(pr.M * pr.N) * 2));
+    fill_i8(a, size_t(pr.M * pr.K), 11, nullptr);
+    fill_i8(w, size_t(pr.N * pr.K), 12, nullptr);
+    fill_scales(sa, size_t(kb * pr.M), 13, nullptr);
+    fill_scales(sw, size_t((pr.N + 127) / 128 * kb), 14, nullptr);
+    td::kernels::Int8GemmBlockScaledArgs args;
+    args.op.M = pr.M, args.op.N = pr.N, args.op.K = pr.K;
+    args.op.a = a, args.op.lda = pr.K, args.op.w = w, args.op.ldw = pr.K, args.op.ldo = pr.N;
+    args.a_scale = sa, args.a_scale_kind = td::kernels::ActScale::Token128, args.ld_a_scale = pr.M;
+    args.w_scale = sw, args.ld_w_scale = kb;
+    std::vector<uint16_t> ref(size_t(pr.M * pr.N)), got(ref.size());
+    for (int v = 0; v < 4; ++v) {
+      args.op.out = v == 0 ? out0 : out;
+      TD_BENCH_CUDA(cudaMemset(args.op.out, 0xff, size_t(pr.M * pr.N) * 2));
+      const Status st = block_scaled_sm90_variant(args, kVariants[v], nullptr);
+      if (st != Status::Ok) {
+        verdict[size_t(v)] = std::string("status ") + td::kernels::status_str(st);
+        continue;
+      }
+      if (cudaDeviceSynchronize() != cudaSuccess) {
+        say(std::string(kVariantNames[v]) + " fault");
+        return 1;  // the context is gone
+      }
+      TD_BENCH_CUDA(cudaMemcpy(v == 0 ? ref.data() : got.data(), args.op.out, ref.size() * 2, cudaMemcpyDeviceToHost));
+      if (v == 0) continue;
+      size_t diff = 0;
+      for (size_t i = 0; i < ref.size(); ++i) diff += ref[i] != got[i];
+      if (diff && verdict[size_t(v)] == "ok")
+        verdict[size_t(v)] = "differs from baseline in " + std::to_string(diff) + " of " + std::to_string(ref.size()) +
+                             " outputs at M=" + std::to_string(pr.M) + " N=" + std::to_string(pr.N) +
+                             " K=" + std::to_string(pr.K);
+    }
+    for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(sa), static_cast<void*>(sw), out, out0})
+      cudaFree(p);
+  }
+  for (int v = 0; v < 4; ++v) say(std::string(kVariantNames[v]) + " " + verdict[size_t(v)]);
+  return 0;
+}
+
+// variant name -> "ok" / "differs ..." / "status ..." / "fault" / "no answer (hang?)".
+std::map<std::string, std::string> probe_variants() {
+  std::map<std::string, std::string> result;
+  for (const char* n : kVariantNames) result[n] = "no answer (hang or crash of the probe)";
+  int fds[2];
+  if (pipe(fds) != 0) return result;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    _exit(probe_child(fds[1]));
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return result;
+  }
+  int status = 0;
+  bool done = false;
+  for (int i = 0; i < 600 && !done; ++i) {  // 60 s
+    if (waitpid(pid, &status, WNOHANG) == pid) done = true;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!done) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, size_t(n));
+  close(fds[0]);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) result[line.substr(0, sp)] = line.substr(sp + 1);
+    pos = end + 1;
+  }
+  return result;
+}
+
 nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t blas, cudaStream_t stream,
-                           bool sm90) {
+                           bool sm90, const std::map<std::string, std::string>& probe) {
   const int64_t M = sh.M, K = sh.K, N = sh.N, kb = cdiv(K, 128);
   const double flop = 2.0 * double(M) * double(N) * double(K);
   const bool large = M > 4096;
@@ -309,13 +434,14 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
     });
     // The block-scaled sm90 variants side by side (the records above run the
     // default one: TURBODIFF_GEMM_SM90_BLOCK_KERNEL, else baseline).
-    const std::pair<const char*, BsVariant> variants[] = {{"baseline", BsVariant::Baseline},
-                                                          {"fast_promote", BsVariant::FastPromote},
-                                                          {"pipelined", BsVariant::Pipelined},
-                                                          {"pipelined_cvt", BsVariant::PipelinedCvt}};
-    for (const auto& variant : variants) {
-      const BsVariant v = variant.second;
-      const std::string base = std::string("block_scaled_sm90_") + variant.first;
+    // Only variants whose probe ran (a faulting or hanging one is skipped).
+    for (int vi = 0; vi < 4; ++vi) {
+      const BsVariant v = kVariants[vi];
+      const auto pr = probe.find(kVariantNames[vi]);
+      if (pr == probe.end() || pr->second.rfind("no answer", 0) == 0 || pr->second == "fault" ||
+          pr->second.rfind("status", 0) == 0)
+        continue;
+      const std::string base = std::string("block_scaled_sm90_") + kVariantNames[vi];
       record(base + "_token128", [&](int i) {
         require_ok(block_scaled_sm90_variant(block(S(i), true), v, stream), base.c_str());
       });
@@ -392,7 +518,8 @@ AccuracyError compare_to(const void* out_bf16, const float* ref, int64_t n) {
 // 50x, W ~ N(0, 0.02) bf16; each scheme quantizes X and W with its own
 // quantizers (quant_per_row / quant_token128 / quant_block128), then runs its
 // sm90 GEMM. Also reports the bf16-output rounding floor (cuBLAS bf16 out).
-nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cudaStream_t stream) {
+nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cudaStream_t stream,
+                        const std::map<std::string, std::string>& probe) {
   const int64_t kb = cdiv(K, 128);
   void* x = dalloc(size_t(M * K) * 2);
   void* w = dalloc(size_t(N * K) * 2);
@@ -441,11 +568,11 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     args.w_scale = sw, args.ld_w_scale = kb;
     require_ok(block_scaled_sm90(args, stream), "block_scaled_sm90");
     put("block_scaled_token128");
-    for (const auto& [vname, v] : {std::pair<const char*, BsVariant>{"fast_promote", BsVariant::FastPromote},
-                                   {"pipelined", BsVariant::Pipelined},
-                                   {"pipelined_cvt", BsVariant::PipelinedCvt}}) {
-      require_ok(block_scaled_sm90_variant(args, v, stream), vname);
-      put((std::string("block_scaled_token128_") + vname).c_str());
+    for (int vi = 1; vi < 4; ++vi) {
+      const auto pr = probe.find(kVariantNames[vi]);
+      if (pr == probe.end() || pr->second.rfind("ok", 0) != 0) continue;
+      require_ok(block_scaled_sm90_variant(args, kVariants[vi], stream), kVariantNames[vi]);
+      put((std::string("block_scaled_token128_") + kVariantNames[vi]).c_str());
     }
   }
   {  // TurboDiffusion's format: 128x128 blocks on both
@@ -480,6 +607,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // before this process's first CUDA call (the probe forks)
+  std::map<std::string, std::string> probe;
+#if TURBODIFF_HAVE_SM90
+  probe = probe_variants();
+#endif
   cudaStream_t stream;
   TD_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t blas;
@@ -511,21 +643,22 @@ int main(int argc, char** argv) {
   for (const Shape& sh : large) {
     if (!opt.small_only) {
       std::fprintf(stderr, "bench_gemm: %s M=%lld\n", sh.name, static_cast<long long>(sh.M));
-      shapes[std::string(sh.name)] = bench_shape(sh, opt, blas, stream, sm90);
+      shapes[std::string(sh.name)] = bench_shape(sh, opt, blas, stream, sm90, probe);
     }
     if (!opt.large_only) {
       Shape small = sh;
       small.M = 512;
       std::fprintf(stderr, "bench_gemm: %s M=512\n", sh.name);
-      shapes[std::string(sh.name) + "_M512"] = bench_shape(small, opt, blas, stream, sm90);
+      shapes[std::string(sh.name) + "_M512"] = bench_shape(small, opt, blas, stream, sm90, probe);
     }
   }
   j["shapes"] = shapes;
 #if TURBODIFF_HAVE_SM90
+  if (sm90) j["block_scaled_sm90_variant_probe"] = probe;
   j["block_scaled_sm90_default_variant"] =
       td::kernels::block_scaled_sm90_kernel_name(td::kernels::BlockScaledSm90Kernel::Default);
 #endif
-  if (sm90 && opt.filter.empty()) j["accuracy_vs_bf16"] = accuracy(32760, 1536, 1536, blas, stream);
+  if (sm90 && opt.filter.empty()) j["accuracy_vs_bf16"] = accuracy(32760, 1536, 1536, blas, stream, probe);
   std::printf("%s\n", j.dump(1).c_str());
   cudaFree(blas_ws);
   cublasDestroy(blas);

@@ -396,8 +396,14 @@ struct KernelCase {
 std::vector<KernelCase> all_kernel_cases() {
   return {{Kernel::PostScaleSm90, Scheme::PostScale}, {Kernel::PostScaleMma, Scheme::PostScale},
           {Kernel::BlockScaledSm90, Scheme::Token128}, {Kernel::BlockScaledSm90, Scheme::Block128},
-          {Kernel::BlockScaledMma, Scheme::Token128}, {Kernel::BlockScaledMma, Scheme::Block128},
-          {Kernel::BlockScaledSm90Fast, Scheme::Token128}, {Kernel::BlockScaledSm90Fast, Scheme::Block128},
+          {Kernel::BlockScaledMma, Scheme::Token128}, {Kernel::BlockScaledMma, Scheme::Block128}};
+}
+// The variants of the sm90 block-scaled kernel, instantiated as a suite of
+// their own (Sm90BlockVariants/GemmGpu): gpu_check.sh runs each suite in its
+// own process, so a fault or hang in a new variant cannot take the default
+// kernels' results with it.
+std::vector<KernelCase> sm90_block_variant_cases() {
+  return {{Kernel::BlockScaledSm90Fast, Scheme::Token128}, {Kernel::BlockScaledSm90Fast, Scheme::Block128},
           {Kernel::BlockScaledSm90Pipe, Scheme::Token128}, {Kernel::BlockScaledSm90Pipe, Scheme::Block128},
           {Kernel::BlockScaledSm90PipeCvt, Scheme::Token128}, {Kernel::BlockScaledSm90PipeCvt, Scheme::Block128}};
 }
@@ -458,12 +464,13 @@ TEST_P(GemmGpu, Wan13BShapes) {
                slices);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, GemmGpu, testing::ValuesIn(all_kernel_cases()),
-                         [](const testing::TestParamInfo<KernelCase>& i) {
-                           std::string s = kernel_name(i.param.kernel);
-                           if (i.param.scheme != Scheme::PostScale) s += i.param.scheme == Scheme::Token128 ? "_token128" : "_block128";
-                           return s;
-                         });
+std::string case_name(const testing::TestParamInfo<KernelCase>& i) {
+  std::string s = kernel_name(i.param.kernel);
+  if (i.param.scheme != Scheme::PostScale) s += i.param.scheme == Scheme::Token128 ? "_token128" : "_block128";
+  return s;
+}
+INSTANTIATE_TEST_SUITE_P(Kernels, GemmGpu, testing::ValuesIn(all_kernel_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sm90BlockVariants, GemmGpu, testing::ValuesIn(sm90_block_variant_cases()), case_name);
 
 // Wan-14B 720p QKV/O shape (M = 75600, 5120 -> 5120) on the Hopper kernels,
 // the largest problem the model runs (A 387 MB, out 774 MB), with a gated
@@ -481,8 +488,18 @@ TEST(GemmGpuLarge, Wan14BShapeOnHopperKernels) {
   {
     Problem p(Scheme::Token128, M, 5120, 5120, e);
     check_kernel(Kernel::BlockScaledSm90, p, slices);
-    check_kernel(Kernel::BlockScaledSm90Pipe, p, slices);  // the variant meant to replace it
   }
+}
+
+// The same 14B shape on the block-scaled sm90 variant meant to replace the
+// default one (a suite of its own, like Sm90BlockVariants).
+TEST(GemmGpuVariantsLarge, Wan14BShapePipelined) {
+  TD_REQUIRE_GPU();
+  if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
+  const int64_t M = 75600;
+  const std::vector<std::pair<int64_t, int64_t>> slices = {{0, 64}, {37760, 37900}, {M - 150, M}};
+  Problem p(Scheme::Token128, M, 5120, 5120, EpilogueCase{.bias = true, .residual = true, .gate = true, .rows_per_batch = M});
+  check_kernel(Kernel::BlockScaledSm90Pipe, p, slices);
 }
 
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
