@@ -25,6 +25,7 @@ struct GenerateOptions {
   std::string attention = "original";
   std::string offload = "auto";
   std::string vae_device = "auto";
+  std::string preview_decoder = "none";  // none | taehv
   double sla_topk = 0.1;
   bool allow_zero_proj_l = false;
   bool quiet = false, json = false;
@@ -104,6 +105,10 @@ int run_generate(GenerateOptions& g) {
   o.device = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   if (g.vae_device == "cuda" && !gpu)
     fail(ErrorKind::Unsupported, "--vae-device cuda: no usable CUDA GPU (", cuda::unavailable_reason(), ")");
+  if (g.preview_decoder == "taehv")
+    TD_CHECK(!o.taehv.empty(), Usage, "--preview-decoder taehv needs --taehv FILE (taew2_1.pth or .safetensors)");
+  else
+    TD_CHECK(o.taehv.empty(), Usage, "--taehv ", o.taehv, " is only used with --preview-decoder taehv");
   if (g.vae_device != "auto") o.vae_device = g.vae_device == "cuda" ? Device::cuda(0) : Device::cpu();
   const std::string dtype_str = g.dtype == "auto" ? (o.device.is_cuda() ? "bf16" : "f32") : g.dtype;
   o.dtype = dtype_str == "bf16" ? DType::BF16 : DType::F32;
@@ -144,7 +149,7 @@ int run_generate(GenerateOptions& g) {
         "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"image\": \"%s\", \"image_size\": [%lld, %lld], "
         "\"dit\": \"%s\", \"low_noise_dit\": \"%s\", \"timings_s\": {\"text\": %.4f, \"image\": %.4f, "
         "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, "
-        "\"vae_device\": \"%s\", \"peak_gpu_bytes_by_stage\": {\"text\": %zu, \"image\": %zu, \"diffusion\": %zu, "
+        "\"vae_device\": \"%s\", \"decoder\": \"%s\", \"peak_gpu_bytes_by_stage\": {\"text\": %zu, \"image\": %zu, \"diffusion\": %zu, "
         "\"vae\": %zu}, "
         "\"peak_gpu_bytes\": %zu}\n",
         r.mode.c_str(), json_escape(o.output).c_str(), json_strings(r.outputs).c_str(), (long long)r.frames,
@@ -156,18 +161,20 @@ int run_generate(GenerateOptions& g) {
         (long long)r.prompt_tokens, shape_str(r.latent_shape).c_str(), json_escape(o.image).c_str(),
         (long long)r.image_width, (long long)r.image_height, json_escape(r.dit_description).c_str(),
         json_escape(r.low_noise_dit_description).c_str(), r.text_s, r.image_s, r.diffusion_s, r.vae_s, r.encode_s,
-        r.total_s, o.vae_device.value_or(o.device).str().c_str(), r.peak_text_bytes, r.peak_image_bytes,
+        r.total_s, o.vae_device.value_or(o.device).str().c_str(), o.taehv.empty() ? "wan-vae" : "taehv",
+        r.peak_text_bytes, r.peak_image_bytes,
         r.peak_diffusion_bytes, r.peak_vae_bytes, r.peak_gpu_bytes);
   } else if (!g.quiet) {
     std::string outs;
     for (const auto& p : r.outputs) outs += (outs.empty() ? "" : ", ") + p;
     std::printf("%s: %s, %lld frames %lldx%lld at %d fps (%s %s, %s %d steps, seed %llu%s; text %.2f s,%s diffusion "
-                "%.2f s, vae %.2f s, encode %.2f s, total %.2f s%s)\n",
+                "%.2f s, %s %.2f s, encode %.2f s, total %.2f s%s)\n",
                 outs.c_str(), r.mode.c_str(), (long long)r.frames, (long long)r.width, (long long)r.height, o.fps,
                 o.device.str().c_str(), dtype_name(o.dtype), g.sampler.c_str(),
                 g.sampler == "rcm" ? o.num_steps : o.steps, (unsigned long long)o.seed,
                 o.num_samples > 1 ? cat(" .. ", o.seed + uint64_t(o.num_samples - 1)).c_str() : "", r.text_s,
-                r.mode == "i2v" ? cat(" image ", r.image_s, " s,").c_str() : "", r.diffusion_s, r.vae_s, r.encode_s,
+                r.mode == "i2v" ? cat(" image ", r.image_s, " s,").c_str() : "", r.diffusion_s,
+                o.taehv.empty() ? "vae" : "taehv preview decode", r.vae_s, r.encode_s,
                 r.total_s,
                 o.device.is_cuda() ? cat("; offload ", pipeline::offload_policy_name(r.offload), ", peak GPU ", gib,
                                          " GiB").c_str()
@@ -244,6 +251,13 @@ void register_generate(CLI::App& app, Commands& cmds) {
   sub->add_option("--vae-device", g->vae_device, "where the VAE runs, if not on --device: cpu (fp32 reference) or "
                                                  "cuda (BF16 channels-last path)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--preview-decoder", g->preview_decoder,
+                  "none (default: the Wan VAE decodes) or taehv: decode the frames with the TAEHV tiny decoder "
+                  "(--taehv FILE) on the VAE's device, a fast approximate preview; --vae is still read (latent "
+                  "size, DiT check, I2V image encode)")
+      ->check(CLI::IsMember({"none", "taehv"}));
+  sub->add_option("--taehv", o.taehv, "TAEHV checkpoint for --preview-decoder taehv: taew2_1.pth or "
+                                      "taew2_1.safetensors (madebyollin/taehv)");
   sub->add_flag("--vae-tiling", o.vae_tiling, "VAE in overlapping 256x256 tiles every 192 pixels (diffusers' tiled "
                                               "decode/encode): bounds its memory, differs slightly near the seams");
   sub->add_option("--offload", g->offload, "which models share the GPU: none (each stays from its first to its last "

@@ -23,6 +23,7 @@
 #include "models/wan/wan_config.h"
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_loader.h"
+#include "models/taehv/taehv.h"
 #include "models/wan_vae/wan_vae.h"
 #include "pipeline/image_condition.h"
 #include "sampling/noise.h"
@@ -270,6 +271,11 @@ void validate_generate_options(const GenerateOptions& o) {
            "--vae, --text-encoder and --tokenizer are all needed");
   for (const auto* p : {&o.vae, &o.text_encoder, &o.tokenizer})
     TD_CHECK(std::filesystem::exists(*p), Io, "model file ", *p, " does not exist");
+  if (!o.taehv.empty()) {
+    TD_CHECK(std::filesystem::exists(o.taehv), Io, "--taehv ", o.taehv, " does not exist");
+    TD_CHECK(!o.vae_tiling, Usage, "--vae-tiling applies to the Wan VAE's decode; with --preview-decoder taehv the "
+             "TAEHV decoder bounds its memory by decoding a few latent frames at a time");
+  }
   for (const auto& [flag, list] : {std::pair{"--dit", &o.dit}, std::pair{"--high-noise-dit", &o.high_noise_dit},
                                    std::pair{"--low-noise-dit", &o.low_noise_dit}})
     for (const auto& p : *list) TD_CHECK(std::filesystem::exists(p), Io, flag, " ", p, " does not exist");
@@ -329,6 +335,20 @@ GenerateResult run_generate(const GenerateOptions& o) {
   vae_run.device = vae_device;
   vae_run.tiling.enabled = o.vae_tiling;
   const size_t vae_params = vae_numel;
+  // The TAEHV preview decoder, read now so a bad file fails before any model runs.
+  std::optional<models::taehv::TaehvDecoder> taehv;
+  models::taehv::TaehvRunOptions taehv_run;
+  taehv_run.device = vae_device;
+  if (!o.taehv.empty()) {
+    const auto t_taehv = Clock::now();
+    taehv.emplace(models::taehv::load_taehv(o.taehv));
+    vae_load_s += seconds_since(t_taehv);
+    TD_CHECK(taehv->config().latent_channels == vae->config().z_dim, Format, "--taehv ", o.taehv, " decodes ",
+             taehv->config().latent_channels, "-channel latents but the VAE ", o.vae, " has z_dim ",
+             vae->config().z_dim);
+    log_info("frames decoded by the TAEHV preview decoder (", o.taehv, ") instead of the Wan VAE");
+  }
+  r.decoder_description = taehv ? taehv->config().describe() : r.vae_description;
   const int64_t z = vae->config().z_dim, sf = vae->config().spatial_factor(), tf = vae->config().temporal_factor();
   const int64_t cond_channels = o.i2v() ? tf + z : 0;
   TD_CHECK(cfg.out_dim == z && cfg.in_dim == z + cond_channels, Format, "the DiT ", high.what(), " has in_dim ",
@@ -485,8 +505,15 @@ GenerateResult run_generate(const GenerateOptions& o) {
   // The VAE is read above (it sizes the latent), so its load / stage moves
   // have nothing left to do; its device weights are converted at its first
   // use on the device and dropped by an offload.
-  ops[Component::Vae] = ComponentOps{[](Device) {}, [] {}, [] {}, [&] { vae->release_device_weights(); },
-                                     [&] { vae.reset(); }};
+  ops[Component::Vae] = ComponentOps{[](Device) {}, [] {}, [] {},
+                                     [&] {
+                                       vae->release_device_weights();
+                                       if (taehv) taehv->release_device_weights();
+                                     },
+                                     [&] {
+                                       vae.reset();
+                                       taehv.reset();
+                                     }};
   Residency residency(std::move(plan), std::move(ops), o.device, two, &r.residency);
   if (cuda) cuda::reset_peak(o.device.index);
 
@@ -621,9 +648,10 @@ GenerateResult run_generate(const GenerateOptions& o) {
       {
         const auto t0 = Clock::now();
         peak.start();
-        ProgressBar bar("vae decode", 1, "videos");
+        ProgressBar bar(taehv ? "taehv decode" : "vae decode", 1, "videos");
         // The sampler's f64 state, as f32 on the host (what every VAE path takes).
-        video = vae->decode(latent.slice(0, j, j + 1).contiguous().to(DType::F32), vae_run).select(0, 0).contiguous();
+        const Tensor lat = latent.slice(0, j, j + 1).contiguous().to(DType::F32);
+        video = (taehv ? taehv->decode(lat, taehv_run) : vae->decode(lat, vae_run)).select(0, 0).contiguous();
         if (cuda) cuda::synchronize(o.device.index);
         bar.finish();
         r.peak_vae_bytes = std::max(r.peak_vae_bytes, peak.stop());

@@ -63,6 +63,11 @@ struct GenerateOptions {
   Device device = Device::cpu();     // text encoder, DiT(s), and the VAE unless vae_device says otherwise
   std::optional<Device> vae_device;  // unset: `device` (CUDA: the VAE's channels-last BF16 path)
   bool vae_tiling = false;           // the VAE in 256x256 tiles every 192 (diffusers' tiled decode / encode)
+  // A TAEHV checkpoint (taew2_1.pth): decode with the TAEHV tiny decoder
+  // (models/taehv: fast approximate previews) instead of the Wan VAE, on the
+  // VAE's device. The Wan VAE is still read (it sizes the latent, checks the
+  // DiT, and encodes the I2V image). "" = the Wan VAE decodes.
+  std::string taehv;
   DType dtype = DType::F32;       // run dtype of DiT / encoder matmuls (bf16 on CUDA)
   bool quant_linear = false;
   bool default_norm = false;  // plain unfused norms instead of the FastNorm kernels (WanDiT)
@@ -106,6 +111,7 @@ struct GenerateResult {
   size_t peak_gpu_bytes = 0;      // 0 on the CPU
   size_t peak_text_bytes = 0, peak_image_bytes = 0, peak_diffusion_bytes = 0, peak_vae_bytes = 0;  // per stage
   std::string dit_description, low_noise_dit_description, vae_description, text_encoder_description;
+  std::string decoder_description;  // what decoded the frames: the Wan VAE's or TAEHV's description
 };
 
 // The pixel size TurboDiffusion uses for a resolution and aspect ratio

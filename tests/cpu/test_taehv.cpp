@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "harness/harness.h"
 #include "io/checkpoint.h"
@@ -207,6 +208,47 @@ TEST(TaehvCli, VaeDecode) {
   EXPECT_NE(r.err.find("--vae-tiling"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir + "/x.safetensors"));
   EXPECT_FALSE(fs::exists(dir + "/y.safetensors"));
+}
+
+std::string generate_args(const std::string& out) {
+  const std::string f = test::source_dir() + "/fixtures/";
+  return "generate --dit " + f + "generate/dit --vae " + f + "vae/diffusion_pytorch_model.safetensors --text-encoder " +
+         f + "umt5/hf --tokenizer " + f + "umt5/tokenizer --device cpu --prompt 'a cat' --seed 3 --num-frames 5 "
+         "--width 64 --height 48 --num-steps 1 -o " + out;
+}
+
+TEST(TaehvCli, GenerateWithPreviewDecoder) {
+  const std::string dir = test::temp_dir() + "/taehv_generate";
+  fs::create_directories(dir + "/wan");
+  fs::create_directories(dir + "/taehv");
+  auto r = test::run_cli(generate_args(dir + "/taehv/f_%04d.png") + " --preview-decoder taehv --taehv " +
+                         fixture(kPth) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"decoder\": \"taehv\""), std::string::npos) << r.out;
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir + "/taehv")) ++n;
+  EXPECT_EQ(n, 5u);
+  r = test::run_cli(generate_args(dir + "/wan/f_%04d.png") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"decoder\": \"wan-vae\""), std::string::npos) << r.out;
+  // Another decoder, other frames (same seed, same latent).
+  const auto bytes = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_NE(bytes(dir + "/taehv/f_0002.png"), bytes(dir + "/wan/f_0002.png"));
+  // Flag pairing: usage errors, nothing written.
+  r = test::run_cli(generate_args(dir + "/x.mp4") + " --preview-decoder taehv");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--taehv"), std::string::npos) << r.err;
+  r = test::run_cli(generate_args(dir + "/x.mp4") + " --taehv " + fixture(kPth));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  // A file that is not TAEHV: a clear error naming it, no output.
+  r = test::run_cli(generate_args(dir + "/x.mp4") + " --preview-decoder taehv --taehv " + test::source_dir() +
+                    "/fixtures/vae/diffusion_pytorch_model.safetensors");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("not a TAEHV checkpoint"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/x.mp4"));
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 #include "models/taehv/taehv.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <random>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -156,6 +159,37 @@ TaehvCheckpoint load_taehv(const std::string& path) {
   log_info("loaded ", ck.config.describe(), " from ", path, " (", ck.tensors.size(), " decoder tensors",
            ck.has_encoder ? "; encoder tensors ignored" : "", ")");
   return ck;
+}
+
+TaehvCheckpoint random_taehv_checkpoint(const TaehvConfig& c, uint32_t seed) {
+  TaehvCheckpoint ck;
+  ck.config = c;
+  ck.path = "random";
+  std::mt19937 rng(seed);
+  for (const Expected& e : expected_tensors(c)) {
+    Tensor t = Tensor::empty(e.shape, DType::F32);
+    const bool bias = e.shape.size() == 1;
+    const double fan_in = bias ? 1.0 : double(t.numel() / e.shape[0]);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const float a = bias ? 0.05f : float(std::sqrt(3.0 / fan_in));
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = a * u(rng);
+    ck.tensors[e.name] = t;
+  }
+  return ck;
+}
+
+int64_t default_taehv_chunk() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("TURBODIFF_TAEHV_CHUNK");
+    if (!e || !*e) return int64_t(4);
+    char* end = nullptr;
+    const long long n = std::strtoll(e, &end, 10);
+    TD_CHECK(end && *end == 0 && n >= 0, Usage, "TURBODIFF_TAEHV_CHUNK='", e,
+             "': expected a number of latent frames >= 0 (0 = all)");
+    return int64_t(n);
+  }();
+  return v;
 }
 
 // ---------------------------------------------------------------- decoder

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -71,13 +72,21 @@ bool looks_like_taehv(const std::vector<std::string>& names);
 TaehvCheckpoint match_taehv_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                     const std::string& what);
 TaehvCheckpoint load_taehv(const std::string& path);  // .pth or .safetensors
+// Random weights for `c` (benchmarks, GPU tests): conv weights U(-a, a),
+// a = sqrt(3 / fan_in), biases U(-0.05, 0.05); deterministic for a seed.
+TaehvCheckpoint random_taehv_checkpoint(const TaehvConfig& c = {}, uint32_t seed = 8);
+
+// TURBODIFF_TAEHV_CHUNK (latent frames per chunk, 0 = all) when set, else 4:
+// the default of TaehvRunOptions, so a benchmark or a run can be switched
+// without a flag.
+int64_t default_taehv_chunk();
 
 struct TaehvRunOptions {
   std::optional<Device> device;  // unset: the latent's device
   std::optional<DType> dtype;    // CUDA: BF16 unless set (F32 for tests); the CPU: F32 only
   // Latent frames per chunk; 0 = all frames at once. The result is the same
   // for every value; memory grows with it.
-  int64_t latent_frames_per_chunk = 4;
+  int64_t latent_frames_per_chunk = default_taehv_chunk();
 };
 
 class TaehvDecoder {
