@@ -39,6 +39,19 @@
 //   PipelinedCvt Pipelined with the compiler's int32 -> fp32 conversion
 //                (I2FP) instead of the magic-number trick: separates the two
 //                levers in the benchmark.
+// Prediction (written before any GPU run; per 128x128x128 K block of a CTA =
+// 2.1M MAC at ~4096 INT8 MAC/clk/SM = ~512 clocks of wgmma): Baseline adds
+// the promotion of 16384 values after the wait, tensor cores idle: I2F at
+// 16/clk/SM ~1024 clk + FFMA ~128 clk -> ~30-35% of the INT8 peak (the H200
+// measured 0.79-1.26x BF16, i.e. ~40-60%: I2F may be faster than 16/clk).
+// FastPromote: IADD + FADD + FFMA ~512 issue clocks, still serialized ->
+// ~50% of peak (a gain only if I2F is the slow part). Pipelined: promotion
+// under the next block's ~512 wgmma clocks -> 80-90% of peak less the
+// un-overlapped epilogue (~1/7 of a tile at K = 1536, less at larger K):
+// ~1.5-1.8x BF16. PipelinedCvt tells whether the overlap alone does it.
+// (Tried and dropped: issuing the next tile's first K block before the
+// epilogue; ptxas serializes every wgmma of such a kernel, C7514, even with
+// nothing in flight across the tile loop's back-edge.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -403,7 +416,7 @@ DeviceFacts* device_facts(int device) {
 
 }  // namespace
 
-BlockScaledSm90Kernel block_scaled_sm90_env_default() {
+static BlockScaledSm90Kernel block_scaled_sm90_env_default() {
   static const BlockScaledSm90Kernel k = [] {
     const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_KERNEL");
     if (e && std::strcmp(e, "fast_promote") == 0) return BlockScaledSm90Kernel::FastPromote;
