@@ -100,24 +100,33 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         check(quantize_block128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_block128_cuda");
       }, stream),
       quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
-  ops["quant_token128"] = result(
-      td::bench::time_cuda([&](int i) {
-        check(quantize_token128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, M, stream),
-              "quantize_token128_cuda");
-      }, stream),
-      quant_bytes + 4.0 * double(groups * M), copy_gbps);
+  // quant_token128: the default kernel (Items4); quant_token128_items8: the Items8Idx32 variant.
+  for (Token128QuantKernel v : {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32})
+    ops[v == Token128QuantKernel::Items4 ? "quant_token128" : "quant_token128_items8"] = result(
+        td::bench::time_cuda([&](int i) {
+          check(quantize_token128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, M, stream, v),
+                "quantize_token128_cuda");
+        }, stream),
+        quant_bytes + 4.0 * double(groups * M), copy_gbps);
   ops["quant_per_row"] = result(
       td::bench::time_cuda([&](int i) {
         check(quantize_per_row_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_per_row_cuda");
       }, stream),
       quant_bytes + 4.0 * double(M), copy_gbps);
-  ops["ln_mod_quant_token128"] = result(
-      td::bench::time_cuda([&](int i) {
-        check(layernorm_modulate_quant_token128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f, q8,
-                                                     K, scales, M, stream),
-              "layernorm_modulate_quant_token128_cuda");
-      }, stream),
-      quant_bytes + 4.0 * double(groups * M), copy_gbps);
+  // Every rows-per-CTA variant side by side: ln_mod_quant_token128 is the
+  // default (one row per CTA), _rows2 / _rows4 the LnQuantTokenRows variants.
+  for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four}) {
+    const char* key = v == LnQuantTokenRows::One   ? "ln_mod_quant_token128"
+                      : v == LnQuantTokenRows::Two ? "ln_mod_quant_token128_rows2"
+                                                   : "ln_mod_quant_token128_rows4";
+    ops[key] = result(
+        td::bench::time_cuda([&](int i) {
+          check(layernorm_modulate_quant_token128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,
+                                                       q8, K, scales, M, stream, v),
+                "layernorm_modulate_quant_token128_cuda");
+        }, stream),
+        quant_bytes + 4.0 * double(groups * M), copy_gbps);
+  }
   // block128: Auto (the cluster kernel on sm_90: one read of x) and the
   // portable kernel (two reads, the second partly from L2), both against the
   // ideal bytes (one read of x).
@@ -131,16 +140,21 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
   }
   const double rope_bytes = 2.0 * double(elems) * 4;  // q and k: bf16 in + bf16 out
-  for (RopeOutLayout layout : {RopeOutLayout::BLHD, RopeOutLayout::BHLD}) {
-    ops[layout == RopeOutLayout::BLHD ? "qk_norm_rope_blhd" : "qk_norm_rope_bhld"] = result(
-        td::bench::time_cuda([&](int i) {
-          check(qk_norm_rope_cuda(ElemType::BF16, xi(i), K, ki(i), K, weights, weights + K, 1, s.frames, s.height,
-                                  s.width, s.heads, s.head_dim, 1e-6f, tables, layout, ElemType::BF16, q_out, k_out,
-                                  stream),
-                "qk_norm_rope_cuda");
-        }, stream),
-        rope_bytes, copy_gbps);
-  }
+  // Every kernel variant side by side: qk_norm_rope_<layout> is GlobalTables
+  // (the default), qk_norm_rope_<layout>_shared is SharedAngles.
+  for (RopeOutLayout layout : {RopeOutLayout::BLHD, RopeOutLayout::BHLD})
+    for (QkRopeKernel kernel : {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles}) {
+      std::string key = layout == RopeOutLayout::BLHD ? "qk_norm_rope_blhd" : "qk_norm_rope_bhld";
+      if (kernel == QkRopeKernel::SharedAngles) key += "_shared";
+      ops[key] = result(
+          td::bench::time_cuda([&](int i) {
+            check(qk_norm_rope_cuda(ElemType::BF16, xi(i), K, ki(i), K, weights, weights + K, 1, s.frames, s.height,
+                                    s.width, s.heads, s.head_dim, 1e-6f, tables, layout, ElemType::BF16, q_out,
+                                    k_out, stream, kernel),
+                  "qk_norm_rope_cuda");
+          }, stream),
+          rope_bytes, copy_gbps);
+    }
 
   for (int i = 0; i < copies; ++i) cudaFree(x[size_t(i)]), cudaFree(k[size_t(i)]);
   cudaFree(q8), cudaFree(scales), cudaFree(e0), cudaFree(weights), cudaFree(q_out), cudaFree(k_out), cudaFree(tables);

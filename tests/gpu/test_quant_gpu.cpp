@@ -110,6 +110,9 @@ Status run_cpu(Fmt f, const Input& in, int64_t ld_q, int64_t ld_s, Quantized& ou
   }
 }
 
+// The token128 kernel variant run_gpu uses (the tests of every variant set it).
+Token128QuantKernel g_token128_kernel = Token128QuantKernel::Items4;
+
 // Runs the CUDA quantizer on `in` (uploaded at a base misaligned by `misalign`
 // bytes) into poisoned device buffers and downloads the result.
 Quantized run_gpu(Fmt f, const Input& in, int64_t ld_q, int64_t ld_s, size_t misalign = 0) {
@@ -131,7 +134,7 @@ Quantized run_gpu(Fmt f, const Input& in, int64_t ld_q, int64_t ld_s, size_t mis
       break;
     case Fmt::Token128:
       st = quantize_token128_cuda(in.type, x.ptr(), in.rows, in.cols, in.ld, static_cast<int8_t*>(q.ptr()), ld_q,
-                                  static_cast<float*>(s.ptr()), ld_s, stream.native());
+                                  static_cast<float*>(s.ptr()), ld_s, stream.native(), g_token128_kernel);
       break;
     case Fmt::PerRow:
       st = quantize_per_row_cuda(in.type, x.ptr(), in.rows, in.cols, in.ld, static_cast<int8_t*>(q.ptr()), ld_q,
@@ -202,6 +205,15 @@ void check_standalone(Fmt f) {
 TEST(QuantGpu, Block128BitIdenticalToReference) { check_standalone(Fmt::Block128); }
 TEST(QuantGpu, Token128BitIdenticalToReference) { check_standalone(Fmt::Token128); }
 TEST(QuantGpu, PerRowBitIdenticalToReference) { check_standalone(Fmt::PerRow); }
+// The Items8Idx32 token128 variant: the same shapes and paths, and Wan 1.3B's.
+TEST(QuantGpu, Token128Items8BitIdenticalToReference) {
+  TD_REQUIRE_GPU();
+  g_token128_kernel = Token128QuantKernel::Items8Idx32;
+  check_standalone(Fmt::Token128);
+  const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);
+  compare_standalone(Fmt::Token128, wan13, 1536, 32760, 0, "token128 items8 bf16 32760x1536");
+  g_token128_kernel = Token128QuantKernel::Items4;
+}
 
 TEST(QuantGpu, WanSizedBitIdenticalToReference) {
   TD_REQUIRE_GPU();
@@ -275,7 +287,8 @@ LnProblem make_ln_problem(ElemType t, int64_t rows, int64_t dim, int64_t rows_pe
 // reference. *ran says whether it ran: a block128 path that reports
 // Unsupported is accepted (nothing checked) only when `unsupported_ok`.
 void check_ln(Fmt f, const LnProblem& p, const std::string& what, LnQuantBlockPath path = LnQuantBlockPath::Auto,
-              bool unsupported_ok = false, bool* ran = nullptr) {
+              bool unsupported_ok = false, bool* ran = nullptr,
+              LnQuantTokenRows token_rows = LnQuantTokenRows::One) {
   if (ran) *ran = false;
   const Input& in = p.x;
   const int64_t rows = in.rows, dim = in.cols, ld_q = dim + 16, ld_s = f == Fmt::Token128 ? rows + 4 : 0;
@@ -313,7 +326,7 @@ void check_ln(Fmt f, const LnProblem& p, const std::string& what, LnQuantBlockPa
       f == Fmt::Token128
           ? layernorm_modulate_quant_token128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, scale_d, p.ld_mod,
                                                    p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()), ld_q,
-                                                   static_cast<float*>(s.ptr()), ld_s, stream.native())
+                                                   static_cast<float*>(s.ptr()), ld_s, stream.native(), token_rows)
           : layernorm_modulate_quant_block128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, scale_d, p.ld_mod,
                                                    p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()), ld_q,
                                                    static_cast<float*>(s.ptr()), path, stream.native());
@@ -357,10 +370,13 @@ void check_ln(Fmt f, const LnProblem& p, const std::string& what, LnQuantBlockPa
   EXPECT_LE(double(moved), 1e-3 * double(n) + 4) << what << ": " << moved << " of " << n << " codes moved by 1";
 }
 
-void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto) {
+void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
+                  LnQuantTokenRows token_rows = LnQuantTokenRows::One) {
   TD_REQUIRE_GPU();
   const std::string name = std::string("ln_modulate_quant ") + fmt_name(f) +
-                           (f == Fmt::Token128                        ? ""
+                           (f == Fmt::Token128 ? (token_rows == LnQuantTokenRows::Two    ? " 2 rows/CTA"
+                                                  : token_rows == LnQuantTokenRows::Four ? " 4 rows/CTA"
+                                                                                         : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
                                                                       : " auto");
@@ -376,16 +392,26 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto) {
       const bool may_refuse = path == LnQuantBlockPath::Cluster && !cluster_fits(t, lc.dim);
       bool ran = false;
       check_ln(f, p, name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" + std::to_string(lc.dim), path,
-               may_refuse, &ran);
+               may_refuse, &ran, token_rows);
       if (path == LnQuantBlockPath::Cluster && cluster_fits(t, lc.dim))
         EXPECT_TRUE(ran) << name << ": the cluster path refused a shape it should run";
     }
   // Wan 1.3B 480p, one sample: 32760 tokens x 1536.
   const LnProblem wan = make_ln_problem(ElemType::BF16, 32760, 1536, 32760);
-  check_ln(f, wan, name + " bf16 32760x1536", path, path == LnQuantBlockPath::Cluster && info.cc_major < 9);
+  check_ln(f, wan, name + " bf16 32760x1536", path, path == LnQuantBlockPath::Cluster && info.cc_major < 9, nullptr,
+           token_rows);
 }
 
 TEST(LnModulateQuantGpu, Token128AgainstReference) { check_ln_fmt(Fmt::Token128); }
+// The multi-row token128 variants (LnQuantTokenRows): same cases, including
+// samples that change inside a CTA's rows (rows_per_batch 111, 43, 65) and
+// row counts that are not multiples of 2 or 4.
+TEST(LnModulateQuantGpu, Token128TwoRowsAgainstReference) {
+  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Two);
+}
+TEST(LnModulateQuantGpu, Token128FourRowsAgainstReference) {
+  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Four);
+}
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }
 TEST(LnModulateQuantGpu, Block128ClusterAgainstReference) {

@@ -4,7 +4,8 @@
 // boundary inside an 8-element pack), awkward grids and head counts, batch > 1,
 // both output layouts, bf16 / fp16 / fp32 inputs with same-type or fp32
 // outputs, padded input strides, poisoned outputs, and Wan 1.3B 480p
-// (21 x 30 x 52 tokens, 12 heads x 128).
+// (21 x 30 x 52 tokens, 12 heads x 128). Every case runs every kernel variant
+// (QkRopeKernel::GlobalTables and ::SharedAngles) against the same reference.
 //
 // Bars: the GPU sums x^2 in a tree and uses fused multiply-adds, so before
 // the final rounding it differs from the reference by a few fp32 ulp
@@ -84,32 +85,37 @@ void check_case(const RopeCase& rc, ElemType in_type, ElemType out_type, RopeOut
   DeviceBuf dq(q.size()), dk(k.size()), dwq(wq.size() * 4), dwk(wk.size() * 4), dt(tables.size() * 4),
       dqo(out_bytes), dko(out_bytes);
   dq.upload(q.data()), dk.upload(k.data()), dwq.upload(wq.data()), dwk.upload(wk.data()), dt.upload(tables.data());
-  test::poison(q_gpu.data(), q_gpu.size(), dtype_of(out_type));
-  test::poison(k_gpu.data(), k_gpu.size(), dtype_of(out_type));
-  dqo.upload(q_gpu.data()), dko.upload(k_gpu.data());
-  cuda::Stream s(0);
-  ASSERT_EQ(qk_norm_rope_cuda(in_type, dq.ptr, ld_q, dk.ptr, ld_k, static_cast<const float*>(dwq.ptr),
-                              static_cast<const float*>(dwk.ptr), rc.batch, rc.frames, rc.height, rc.width, rc.heads,
-                              rc.head_dim, kEps, static_cast<const float*>(dt.ptr), layout, out_type, dqo.ptr, dko.ptr,
-                              s.native()),
-            Status::Ok)
-      << what;
-  s.synchronize();
-  dqo.download(q_gpu.data()), dko.download(k_gpu.data());
+  // Every kernel variant against the same reference, outputs poisoned before each.
+  for (QkRopeKernel kernel : {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles}) {
+    const std::string kwhat =
+        what + (kernel == QkRopeKernel::GlobalTables ? " [GlobalTables]" : " [SharedAngles]");
+    test::poison(q_gpu.data(), q_gpu.size(), dtype_of(out_type));
+    test::poison(k_gpu.data(), k_gpu.size(), dtype_of(out_type));
+    dqo.upload(q_gpu.data()), dko.upload(k_gpu.data());
+    cuda::Stream s(0);
+    ASSERT_EQ(qk_norm_rope_cuda(in_type, dq.ptr, ld_q, dk.ptr, ld_k, static_cast<const float*>(dwq.ptr),
+                                static_cast<const float*>(dwk.ptr), rc.batch, rc.frames, rc.height, rc.width, rc.heads,
+                                rc.head_dim, kEps, static_cast<const float*>(dt.ptr), layout, out_type, dqo.ptr,
+                                dko.ptr, s.native(), kernel),
+              Status::Ok)
+        << kwhat;
+    s.synchronize();
+    dqo.download(q_gpu.data()), dko.download(k_gpu.data());
 
-  const double ulp_rel = out_type == ElemType::BF16 ? 0x1p-7 : out_type == ElemType::F16 ? 0x1p-10 : 0.0;
-  const double max_rel_l2 = out_type == ElemType::BF16 ? 2e-3 : out_type == ElemType::F16 ? 3e-4 : 1e-5;
-  for (int which = 0; which < 2; ++which) {
-    const std::vector<unsigned char>& got_b = which ? k_gpu : q_gpu;
-    const std::vector<unsigned char>& ref_b = which ? k_ref : q_ref;
-    std::vector<double> got(size_t(rows * dim)), ref(got.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      got[i] = load_as_f64(got_b.data(), dtype_of(out_type), i);
-      ref[i] = load_as_f64(ref_b.data(), dtype_of(out_type), i);
-      ASSERT_LE(std::fabs(got[i] - ref[i]), ulp_rel * std::fabs(ref[i]) + 1e-5 * (1 + std::fabs(ref[i])))
-          << what << (which ? " k" : " q") << " element " << i << ": gpu " << got[i] << " cpu " << ref[i];
+    const double ulp_rel = out_type == ElemType::BF16 ? 0x1p-7 : out_type == ElemType::F16 ? 0x1p-10 : 0.0;
+    const double max_rel_l2 = out_type == ElemType::BF16 ? 2e-3 : out_type == ElemType::F16 ? 3e-4 : 1e-5;
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<unsigned char>& got_b = which ? k_gpu : q_gpu;
+      const std::vector<unsigned char>& ref_b = which ? k_ref : q_ref;
+      std::vector<double> got(size_t(rows * dim)), ref(got.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        got[i] = load_as_f64(got_b.data(), dtype_of(out_type), i);
+        ref[i] = load_as_f64(ref_b.data(), dtype_of(out_type), i);
+        ASSERT_LE(std::fabs(got[i] - ref[i]), ulp_rel * std::fabs(ref[i]) + 1e-5 * (1 + std::fabs(ref[i])))
+            << kwhat << (which ? " k" : " q") << " element " << i << ": gpu " << got[i] << " cpu " << ref[i];
+      }
+      TD_EXPECT_CLOSE(test::compare(got, ref), max_rel_l2, 1 - max_rel_l2);
     }
-    TD_EXPECT_CLOSE(test::compare(got, ref), max_rel_l2, 1 - max_rel_l2);
   }
 }
 

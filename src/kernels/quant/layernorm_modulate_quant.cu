@@ -42,6 +42,8 @@
 //      32760 x 1536: 251.6 MB -> 62.9 us;  75600 x 5120: 1935 MB -> 484 us.
 #include <cooperative_groups.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "kernels/quant/layernorm_modulate_quant.h"
@@ -146,6 +148,148 @@ __global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_kernel(L
       if ((t & 15) == 0) a.scales[int64_t(p >> 4) * a.ld_scales + r] = qp.scale;
     }
   }
+}
+
+// LnQuantTokenRows::Two / ::Four (variants beside the kernel above, same
+// arithmetic and reduction order, so bit-identical results): a CTA owns R
+// consecutive rows, each thread the same columns of all R. A thread issues
+// the loads of all R rows first (R x the bytes in flight per CTA), the R
+// rows' sums go through one shared-memory exchange and one barrier per
+// statistic (instead of R), and each pack's fp32 shift/scale (16 bytes of
+// parameters per 2 bytes of bf16 x, read from L1 once per row in the
+// one-row kernel: ~8x the L1 traffic of x) is loaded once for the R rows
+// while they belong to the same sample. The sample index uses a 32-bit
+// division when it fits.
+// Predicted: the one-row kernel is bound by L1 requests (parameters) and
+// per-row barriers, not HBM (57-59% of copy); R = 2 halves the parameter
+// traffic and the barriers, R = 4 quarters them: ~75-90% of copy.
+template <int R>
+__device__ __forceinline__ void rows_sum(float (&v)[R], float (*partials)[kMaxRowThreads / 32], int threads) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) v[i] = warp_sum(v[i]);
+  const int nwarps = threads >> 5;
+  if (nwarps == 1) return;
+  const int warp = int(threadIdx.x >> 5);
+  if ((threadIdx.x & 31u) == 0) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) partials[i][warp] = v[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    float total = 0.f;
+    for (int w = 0; w < nwarps; ++w) total += partials[i][w];  // group_sum's order
+    v[i] = total;
+  }
+}
+
+template <typename T, int V, int R>
+__global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_rows_kernel(LnArgs a) {
+  __shared__ float red[2][R][kMaxRowThreads / 32];
+  const int t = int(threadIdx.x), threads = int(blockDim.x);
+  const int64_t r0 = int64_t(blockIdx.x) * R;
+  const int packs = a.dim / 8;
+
+  Pack8<T> raw[R][V];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const bool row_ok = r0 + i < a.rows;
+    const T* xrow = static_cast<const T*>(a.x) + (r0 + i) * a.ld_x;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int p = t + j * threads;
+      raw[i][j] = row_ok && p < packs ? load_pack(xrow + p * 8) : zero_pack<T>();
+    }
+  }
+  // Statistics as row_stats computes them, for R rows at once.
+  float mean[R], rstd[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float f[8];
+      unpack(raw[i][j], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += f[e];
+    }
+    mean[i] = s;
+  }
+  rows_sum<R>(mean, red[0], threads);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    mean[i] = mean[i] / float(a.dim);
+    float c = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (t + j * threads < packs) {
+        float f[8];
+        unpack(raw[i][j], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float d = f[e] - mean[i];
+          c = fmaf(d, d, c);
+        }
+      }
+    }
+    rstd[i] = c;
+  }
+  rows_sum<R>(rstd, red[1], threads);
+#pragma unroll
+  for (int i = 0; i < R; ++i) rstd[i] = __fdiv_rn(1.f, __fsqrt_rn(rstd[i] / float(a.dim) + a.eps));
+
+  // Sample of each row (rows past the end: any valid sample, nothing is stored).
+  int64_t sample[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int64_t r = r0 + i < a.rows ? r0 + i : a.rows - 1;
+    sample[i] = (r <= int64_t(UINT32_MAX) && a.rows_per_batch <= int64_t(UINT32_MAX))
+                    ? int64_t(uint32_t(r) / uint32_t(a.rows_per_batch))
+                    : r / a.rows_per_batch;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    const bool valid = p < packs;
+    float sh[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      if (valid && (i == 0 || sample[i] != sample[i - 1])) {
+        load_params8(a.shift + sample[i] * a.ld_mod + p * 8, sh);
+        load_params8(a.scale + sample[i] * a.ld_mod + p * 8, sc);
+      }
+      float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (valid) {
+        float f[8];
+        unpack(raw[i][j], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) y[e] = fmaf((f[e] - mean[i]) * rstd[i], 1.f + sc[e], sh[e]);
+      }
+      const float amax = group_max<16>(absmax8(y));  // every lane takes part
+      const QuantParams qp = symmetric_params_dev(amax);
+      const int64_t r = r0 + i;
+      if (valid && r < a.rows) {
+        store_codes(a.q + r * a.ld_q + p * 8, quantize8(y, qp.inv), 8, true);
+        if ((t & 15) == 0) a.scales[int64_t(p >> 4) * a.ld_scales + r] = qp.scale;
+      }
+    }
+  }
+}
+
+// Rows per CTA that LnQuantTokenRows::Auto means: TURBODIFF_LNQ_TOKEN_ROWS=1|2|4
+// (read per call, for A/B in benchmarks), else 1 (the one-row kernel).
+int resolve_token_rows(LnQuantTokenRows v) {
+  switch (v) {
+    case LnQuantTokenRows::One: return 1;
+    case LnQuantTokenRows::Two: return 2;
+    case LnQuantTokenRows::Four: return 4;
+    case LnQuantTokenRows::Auto: break;
+  }
+  if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
+    if (std::strcmp(e, "2") == 0) return 2;
+    if (std::strcmp(e, "4") == 0) return 4;
+  }
+  return 1;
 }
 
 constexpr int kBlockCtaThreads = 512;
@@ -440,7 +584,8 @@ Status check_ln_args(const LnArgs& a, ElemType x_type) {
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
                                               int64_t ld_x, const float* mod_shift, const float* mod_scale,
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
-                                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream) {
+                                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream,
+                                              LnQuantTokenRows rows_per_cta) {
   if (rows == 0 || dim == 0) return rows < 0 || dim < 0 ? Status::InvalidArgument : Status::Ok;
   if (dim > kMaxRowDim || dim < 0) return Status::InvalidArgument;
   const LnArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, ld_scales};
@@ -448,11 +593,28 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
   if (ld_scales < rows || rows > 0x7fffffff) return Status::InvalidArgument;
   const RowPlan plan = plan_row(dim / 8);
   if (plan.threads == 0) return Status::InvalidArgument;
+  const int R = resolve_token_rows(rows_per_cta);
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch_act_type(x_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {
-      ln_mod_quant_token128_kernel<T, decltype(v)::value><<<unsigned(rows), unsigned(plan.threads), 0, s>>>(a);
+      constexpr int V = decltype(v)::value;
+      // R rows x V packs stay in registers: at most 16 uint4 (64 registers)
+      // of rows, else fewer rows per CTA (e.g. fp32 at 1536: Four -> Two).
+      constexpr int W = Pack8<T>::kWords;
+      if constexpr (4 * V * W <= 16) {
+        if (R == 4) {
+          ln_mod_quant_token128_rows_kernel<T, V, 4><<<unsigned((rows + 3) / 4), unsigned(plan.threads), 0, s>>>(a);
+          return launch_status();
+        }
+      }
+      if constexpr (2 * V * W <= 16) {
+        if (R >= 2) {
+          ln_mod_quant_token128_rows_kernel<T, V, 2><<<unsigned((rows + 1) / 2), unsigned(plan.threads), 0, s>>>(a);
+          return launch_status();
+        }
+      }
+      ln_mod_quant_token128_kernel<T, V><<<unsigned(rows), unsigned(plan.threads), 0, s>>>(a);
       return launch_status();
     });
   });

@@ -54,11 +54,25 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
                                              float* scales);
 
 #if TURBODIFF_HAVE_CUDA
-// One CTA per row, the row held in registers: one read of x, one write of q.
+// Rows per CTA of the token128 kernel (variants, bit-identical results):
+//   One         one CTA per row (the default);
+//   Two / Four  a CTA owns 2 / 4 consecutive rows, each thread the same
+//               columns of all of them: the fp32 shift/scale of a pack are
+//               read once for those rows, one barrier per statistic for all
+//               (fewer rows per CTA where R rows would take more than 16
+//               16-byte words per thread: e.g. fp32 at dim 1536 runs Four
+//               as Two; Wan's bf16 1536 and 5120 run as asked).
+//               (Candidates for issue 3's bandwidth bar: flip Auto once
+//               measured faster on the H200.)
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4 if set, else One.
+enum class LnQuantTokenRows { Auto, One, Two, Four };
+
+// The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
                                               int64_t ld_x, const float* mod_shift, const float* mod_scale,
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
-                                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream);
+                                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream,
+                                              LnQuantTokenRows rows_per_cta = LnQuantTokenRows::Auto);
 
 // How the 128x128-block variant gets the amax of y over a 128-row stripe
 // before writing codes (layernorm_modulate_quant.cu):

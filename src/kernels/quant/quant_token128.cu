@@ -15,6 +15,9 @@
 // per 128 elements.
 // Predicted (bytes / 4.0 TB/s), bf16:
 //   32760 x 1536: 152.5 MB -> 38.1 us;  75600 x 5120: 1173.3 MB -> 293 us.
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/quant/quant_device.cuh"
 #include "kernels/quant/quant_token128.h"
 
@@ -26,10 +29,19 @@ using namespace qdev;
 constexpr int kThreads = 256;
 constexpr int kItemsPerHalfWarp = 4;
 
-template <typename T, bool kVec>
+// Token128QuantKernel::Items8Idx32 (variant beside the default Items4): 8
+// items per half-warp (128 bytes of bf16 in flight per thread instead of 64)
+// and the item -> (row, group) decode in 32-bit integers (a 64-bit division
+// is a ~70-instruction subroutine, 4 of them per thread for 32 bytes of data
+// in the default: ~9 instructions per element, against a budget of ~20 per
+// element at HBM speed for a 3-byte/element kernel). Used when
+// rows * groups < 2^31. Predicted: 74-77% -> ~85-90% of copy bandwidth.
+// kIdx32 == false with kItems == 4 is the default kernel, unchanged.
+template <typename T, bool kVec, int kItems = kItemsPerHalfWarp, bool kIdx32 = false>
 __global__ void __launch_bounds__(kThreads)
     quantize_token128_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* __restrict__ q,
                              int64_t ld_q, float* __restrict__ scales, int64_t ld_scales, int64_t groups) {
+  constexpr int kItemsPerHalfWarp = kItems;
   const int lane16 = int(threadIdx.x & 15u);
   const int64_t half_warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 4;
   const int64_t half_warps = (int64_t(gridDim.x) * kThreads) >> 4;
@@ -43,7 +55,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int u = 0; u < kItemsPerHalfWarp; ++u) {
     const int64_t item = half_warp + u * half_warps;
     valid[u] = item < items;
-    row[u] = valid[u] ? item / groups : 0;
+    if constexpr (kIdx32)
+      row[u] = valid[u] ? int64_t(uint32_t(item) / uint32_t(groups)) : 0;
+    else
+      row[u] = valid[u] ? item / groups : 0;
     g[u] = valid[u] ? item - row[u] * groups : 0;
     const int64_t col = g[u] * kQuantGroup + lane16 * 8;
     const int64_t left = valid[u] ? cols - col : 0;
@@ -69,18 +84,38 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* q,
-                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream) {
+                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream,
+                              Token128QuantKernel kernel) {
   if (rows < 0 || cols < 0) return Status::InvalidArgument;
   if (rows == 0 || cols == 0) return Status::Ok;
   if (!x || !q || !scales || ld_x < cols || ld_q < cols || ld_scales < rows) return Status::InvalidArgument;
   const int64_t groups = quant_groups(cols);
-  const int64_t items_per_block = int64_t(kThreads / 16) * kItemsPerHalfWarp;
+  if (kernel == Token128QuantKernel::Auto) {
+    kernel = Token128QuantKernel::Items4;
+    if (const char* e = std::getenv("TURBODIFF_QUANT_TOKEN128_KERNEL"))  // read per call: A/B in benchmarks
+      if (std::strcmp(e, "items8") == 0) kernel = Token128QuantKernel::Items8Idx32;
+  }
+  // The 32-bit decode needs every item index (and the grid's half-warp
+  // count) below 2^31; otherwise the default kernel runs.
+  if (kernel == Token128QuantKernel::Items8Idx32 && rows * groups >= int64_t(0x7fffffff) - 8 * 16 * int64_t(kThreads))
+    kernel = Token128QuantKernel::Items4;
+  const bool wide = kernel == Token128QuantKernel::Items8Idx32;
+  const int64_t items_per_block = int64_t(kThreads / 16) * (wide ? 8 : kItemsPerHalfWarp);
   const int64_t blocks = (rows * groups + items_per_block - 1) / items_per_block;
   if (blocks > 0x7fffffff) return Status::InvalidArgument;
   const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_q % 8 == 0 && aligned_to(x, 16) && aligned_to(q, 8);
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch_act_type(x_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (wide) {
+      if (vec)
+        quantize_token128_kernel<T, true, 8, true><<<unsigned(blocks), kThreads, 0, s>>>(
+            static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
+      else
+        quantize_token128_kernel<T, false, 8, true><<<unsigned(blocks), kThreads, 0, s>>>(
+            static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
+      return launch_status();
+    }
     if (vec)
       quantize_token128_kernel<T, true><<<unsigned(blocks), kThreads, 0, s>>>(static_cast<const T*>(x), rows, cols,
                                                                               ld_x, q, ld_q, scales, ld_scales, groups);

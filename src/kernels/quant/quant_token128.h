@@ -32,11 +32,20 @@ Status quantize_token128_cpu(ElemType x_type, const void* x, int64_t rows, int64
 Status dequantize_token128_cpu(const int8_t* q, int64_t rows, int64_t cols, int64_t ld_q, const float* scales,
                                int64_t ld_scales, float* out, int64_t ld_out);
 
+// CUDA kernel variants (bit-identical results):
+//   Items4       4 groups per half-warp, 64-bit index decode (the default);
+//   Items8Idx32  8 groups per half-warp, 32-bit index decode (when
+//                rows * groups < 2^31; else Items4). Candidate for issue 3's
+//                bandwidth bar: flip Auto once measured faster on the H200.
+//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8 if set, else Items4.
+enum class Token128QuantKernel { Auto, Items4, Items8Idx32 };
+
 #if TURBODIFF_HAVE_CUDA
 // Half a warp per (row, group): 16 lanes x 8 elements, amax by xor shuffles;
-// each half-warp handles 4 groups with all loads issued first.
+// each half-warp handles 4 (or 8) groups with all loads issued first.
 Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* q,
-                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream);
+                              int64_t ld_q, float* scales, int64_t ld_scales, void* stream,
+                              Token128QuantKernel kernel = Token128QuantKernel::Auto);
 #endif
 
 }  // namespace td::kernels

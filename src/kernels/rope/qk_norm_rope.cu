@@ -16,6 +16,9 @@
 // Predicted (bytes / 4.0 TB/s):
 //   L 32760 x dim 1536 (Wan 1.3B 480p): 402.6 MB -> 101 us;
 //   L 75600 x dim 5120 (Wan 14B 720p): 3096.6 MB -> 774 us.
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/quant/quant_device.cuh"
 #include "kernels/rope/qk_norm_rope.h"
 
@@ -101,11 +104,120 @@ __global__ void __launch_bounds__(kMaxRowThreads) qk_norm_rope_kernel(RopeArgs a
   }
 }
 
+// QkRopeKernel::SharedAngles (variant beside the kernel above; same
+// arithmetic on the same fp32 table values, so the same results). Every head
+// of a token has the same (t, h, w) position, so the head_dim / 2 (cos, sin)
+// pairs a token needs are gathered once per CTA into shared memory (one
+// float2 per pair, head_dim * 4 bytes: 512 B for head_dim 128) while the
+// row's loads are in flight, and each pack reads its 4 pairs as two 16-byte
+// shared loads instead of 8 scattered 4-byte __ldg with a 3-way branch per
+// pair. The position decode uses 32-bit divisions (rows < 2^31 is checked),
+// once per thread instead of four 64-bit ones (~70 instructions each).
+// Predicted: the table lookups (8 L1 requests spanning ~4 sectors each per
+// 8-element pack, vs 1 request for the pack's data) and the 64-bit divisions
+// were the non-memory cost; without them the kernel should approach the
+// norm kernels' ~90% of copy bandwidth (was 50-53%).
+template <typename Tin, typename Tout, int V>
+__global__ void __launch_bounds__(kMaxRowThreads) qk_norm_rope_shared_kernel(RopeArgs a) {
+  __shared__ float red[kMaxRowThreads / 32];
+  extern __shared__ float4 rot_smem[];  // head_dim / 2 float2 (cos, sin), as float4 for 16-byte reads
+  float2* rot = reinterpret_cast<float2*>(rot_smem);
+  const int which = int(blockIdx.y);
+  const int t = int(threadIdx.x), threads = int(blockDim.x);
+  const uint32_t r = blockIdx.x;
+  const int packs = a.dim / 8;
+  const Tin* row = static_cast<const Tin*>(a.in[which]) + int64_t(r) * a.ld_in[which];
+
+  Pack8<Tin> raw[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    raw[j] = p < packs ? load_pack(row + p * 8) : zero_pack<Tin>();
+  }
+
+  // Token position (32-bit: L, plane, width < 2^31 since rows < 2^31).
+  const uint32_t L = uint32_t(a.L), plane = uint32_t(a.plane), width = uint32_t(a.width);
+  const uint32_t b = r / L, l = r - b * L;
+  const uint32_t pos_t = l / plane, in_plane = l - pos_t * plane;
+  const uint32_t pos_h = in_plane / width, pos_w = in_plane - pos_h * width;
+
+  // This token's (cos, sin) per pair of a head, gathered while the loads fly.
+  const int half = a.head_dim / 2;
+  for (int pair = t; pair < half; pair += threads) {
+    int64_t ci, si;
+    if (pair < a.pairs_t) {
+      ci = a.cos_t + int64_t(pos_t) * a.pairs_t + pair, si = a.sin_t + int64_t(pos_t) * a.pairs_t + pair;
+    } else if (pair < a.pairs_t + a.pairs_h) {
+      const int jj = pair - a.pairs_t;
+      ci = a.cos_h + int64_t(pos_h) * a.pairs_h + jj, si = a.sin_h + int64_t(pos_h) * a.pairs_h + jj;
+    } else {
+      const int jj = pair - a.pairs_t - a.pairs_h;
+      ci = a.cos_w + int64_t(pos_w) * a.pairs_w + jj, si = a.sin_w + int64_t(pos_w) * a.pairs_w + jj;
+    }
+    rot[pair] = make_float2(__ldg(a.tables + ci), __ldg(a.tables + si));
+  }
+
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    float f[8];
+    unpack(raw[j], f);  // invalid packs are zeros
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
+  }
+  // group_sum's __syncthreads (several warps) also publishes rot[]; a
+  // one-warp CTA has no barrier in it, so sync the warp here.
+  if (threads == 32) __syncwarp();
+  ss = group_sum(ss, red, 0, threads, 0);
+  const float rstd = __fdiv_rn(1.f, __fsqrt_rn(ss / float(a.dim) + a.eps));
+
+  const float* weight = a.weight[which];
+  Tout* out = static_cast<Tout*>(a.out[which]);
+  const uint32_t head_dim = uint32_t(a.head_dim);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    if (p >= packs) continue;
+    const uint32_t col = uint32_t(p) * 8u, h = col / head_dim, c = col - h * head_dim;
+    float y[8], w[8];
+    unpack(raw[j], y);
+    load_params8(weight + col, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = y[i] * rstd * w[i];
+    const float4* rp = reinterpret_cast<const float4*>(rot + c / 2);  // 4 pairs, 32-byte aligned (c % 8 == 0)
+    const float4 r01 = rp[0], r23 = rp[1];
+    const float cs[4] = {r01.x, r01.z, r23.x, r23.z}, sn[4] = {r01.y, r01.w, r23.y, r23.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float re = y[2 * k], im = y[2 * k + 1];
+      y[2 * k] = re * cs[k] - im * sn[k];
+      y[2 * k + 1] = re * sn[k] + im * cs[k];
+    }
+    const int64_t dst = a.bhld ? ((int64_t(b) * a.heads + h) * a.L + l) * a.head_dim + c
+                               : int64_t(r) * a.dim + col;
+    store_values(out + dst, y, 8, true);
+  }
+}
+
+// Which kernel QkRopeKernel::Auto means: TURBODIFF_QK_ROPE_KERNEL=shared or
+// =global (read per call, so a benchmark can switch it), else GlobalTables.
+QkRopeKernel resolve_kernel(QkRopeKernel k) {
+  if (k != QkRopeKernel::Auto) return k;
+  if (const char* e = std::getenv("TURBODIFF_QK_ROPE_KERNEL")) {
+    if (std::strcmp(e, "shared") == 0) return QkRopeKernel::SharedAngles;
+  }
+  return QkRopeKernel::GlobalTables;
+}
+
 template <typename Tin, typename Tout>
-Status launch(const RopeArgs& a, int64_t rows, const RowPlan& plan, cudaStream_t s) {
+Status launch(const RopeArgs& a, int64_t rows, const RowPlan& plan, QkRopeKernel kernel, cudaStream_t s) {
   const dim3 grid{unsigned(rows), 2u, 1u};
   return dispatch_packs(plan.packs_per_thread, [&](auto v) {
-    qk_norm_rope_kernel<Tin, Tout, decltype(v)::value><<<grid, unsigned(plan.threads), 0, s>>>(a);
+    if (kernel == QkRopeKernel::SharedAngles)
+      qk_norm_rope_shared_kernel<Tin, Tout, decltype(v)::value>
+          <<<grid, unsigned(plan.threads), size_t(a.head_dim) * 4, s>>>(a);
+    else
+      qk_norm_rope_kernel<Tin, Tout, decltype(v)::value><<<grid, unsigned(plan.threads), 0, s>>>(a);
     return launch_status();
   });
 }
@@ -115,7 +227,8 @@ Status launch(const RopeArgs& a, int64_t rows, const RowPlan& plan, cudaStream_t
 Status qk_norm_rope_cuda(ElemType in_type, const void* q_in, int64_t ld_q_in, const void* k_in, int64_t ld_k_in,
                          const float* q_weight, const float* k_weight, int64_t batch, int64_t frames, int64_t height,
                          int64_t width, int heads, int head_dim, float eps, const float* rope_tables,
-                         RopeOutLayout layout, ElemType out_type, void* q_out, void* k_out, void* stream) {
+                         RopeOutLayout layout, ElemType out_type, void* q_out, void* k_out, void* stream,
+                         QkRopeKernel kernel) {
   if (batch < 0 || frames < 1 || height < 1 || width < 1 || heads < 1 || head_dim < 8 || head_dim % 8 != 0 ||
       !(eps >= 0.f))
     return Status::InvalidArgument;
@@ -146,11 +259,15 @@ Status qk_norm_rope_cuda(ElemType in_type, const void* q_in, int64_t ld_q_in, co
 
   const RowPlan plan = plan_row(dim / 8);
   if (plan.threads == 0) return Status::InvalidArgument;
+  kernel = resolve_kernel(kernel);
+  // SharedAngles keeps head_dim * 4 bytes of angles in shared memory: up to
+  // 48 KB without opting in, i.e. head_dim <= 12288 (any real model).
+  if (kernel == QkRopeKernel::SharedAngles && head_dim > 12288) kernel = QkRopeKernel::GlobalTables;
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch_act_type(in_type, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
-    if (out_type == ElemType::F32) return launch<Tin, float>(a, rows, plan, s);
-    return launch<Tin, Tin>(a, rows, plan, s);
+    if (out_type == ElemType::F32) return launch<Tin, float>(a, rows, plan, kernel, s);
+    return launch<Tin, Tin>(a, rows, plan, kernel, s);
   });
 }
 

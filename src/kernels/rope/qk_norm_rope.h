@@ -35,13 +35,24 @@ Status qk_norm_rope_cpu(ElemType in_type, const void* q_in, int64_t ld_q_in, con
                         int64_t width, int heads, int head_dim, float eps, const float* rope_tables,
                         RopeOutLayout layout, ElemType out_type, void* q_out, void* k_out);
 
+// CUDA kernel variants (same contract, same results up to fp32 contraction):
+//   GlobalTables  each pack looks its 4 (cos, sin) pairs up in the global
+//                 tables (8 scattered __ldg per 8 elements); the default.
+//   SharedAngles  a token's head_dim / 2 (cos, sin) pairs are gathered once
+//                 per CTA into shared memory and shared by all its heads;
+//                 32-bit position decode. (Candidate default: issue 3's
+//                 bandwidth bar; flip Auto once measured faster on the H200.)
+//   Auto          TURBODIFF_QK_ROPE_KERNEL=shared|global if set, else GlobalTables.
+enum class QkRopeKernel { Auto, GlobalTables, SharedAngles };
+
 #if TURBODIFF_HAVE_CUDA
 // One CTA per token row (grid.y selects q or k), the row in registers: one
 // read, one write. rope_tables is the device copy of rope_tables_cpu's buffer.
 Status qk_norm_rope_cuda(ElemType in_type, const void* q_in, int64_t ld_q_in, const void* k_in, int64_t ld_k_in,
                          const float* q_weight, const float* k_weight, int64_t batch, int64_t frames, int64_t height,
                          int64_t width, int heads, int head_dim, float eps, const float* rope_tables,
-                         RopeOutLayout layout, ElemType out_type, void* q_out, void* k_out, void* stream);
+                         RopeOutLayout layout, ElemType out_type, void* q_out, void* k_out, void* stream,
+                         QkRopeKernel kernel = QkRopeKernel::Auto);
 #endif
 
 }  // namespace td::kernels
