@@ -290,6 +290,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_radix_kernel(const TopkPara
     }
     __syncthreads();
     if (tid < 32) {  // one warp: the bin where the running count reaches s_remaining
+      const unsigned want = s_remaining;
+      __syncwarp();  // every lane has read it before one lane rewrites it below
       unsigned c[8], sum = 0;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -302,7 +304,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_radix_kernel(const TopkPara
         const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
         if (lane >= o) incl += v;
       }
-      const unsigned excl = incl - sum, want = s_remaining;
+      const unsigned excl = incl - sum;
       if (excl < want && want <= incl) {  // exactly one lane
         unsigned run = excl;
         int digit = 0;
