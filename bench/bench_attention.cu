@@ -13,6 +13,11 @@
 // block-sparse at topk 0.05 / 0.1 / 0.2 with a random valid LUT (SageSLA's
 // blocks: 64x128 on sm_90a, 128x64 portable) on the self-attention shapes;
 // sparse TFLOP/s are dense-equivalent (the dense FLOP count / time).
+// The sm_90a variants are timed side by side in the same process:
+// sage_sm90 (default dense schedule, overlap), sage_sm90_plain,
+// sage_sm90_pingpong, sage_sm90_fastcvt, sage_sm90_pingpong_fastcvt,
+// sage_sm90_fastcvt_poly; sparse
+// 2-stage (default), *_stages3 and *_stages3_fastcvt.
 //   bench_attention [name-filter-substring] [--no-flash] [--no-sparse]
 #include <cuda_bf16.h>
 #if TURBODIFF_HAVE_CUDNN
@@ -216,20 +221,27 @@ int main(int argc, char** argv) {
       }
       if (st != Status::Ok) r[key + "_error"] = td::kernels::attention_last_error();
       if (sm90 && st == Status::Ok) {
-        // The sm_90a dense kernel without its intra-warpgroup overlap, for comparison.
-        setenv("TURBODIFF_SAGE_SM90_OVERLAP", "0", 1);
-        run(0);
-        if (st == Status::Ok) {
-          const td::bench::Timing t = td::bench::time_cuda(run, stream, 1, reps_for(time_once(run, stream), 300.0));
+        // The sm_90a dense kernel's other variants (TURBODIFF_SAGE_SM90_DENSE;
+        // "sage_sm90" above is the default, overlap), same process, same inputs.
+        for (const char* variant : {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly"}) {
+          setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
+          const std::string vkey = std::string("sage_sm90_") + variant;
+          run(0);
           if (st == Status::Ok) {
-            record("sage_sm90_nooverlap", t);
-            if (r.contains("cudnn_ms"))
-              r["sage_sm90_nooverlap_vs_cudnn_rel_l2_first_1M"] =
-                  rel_l2_sample(o_flash, o_cudnn, std::min<size_t>(nq, size_t(1) << 20));
+            const td::bench::Timing t = td::bench::time_cuda(run, stream, 1, reps_for(time_once(run, stream), 300.0));
+            if (st == Status::Ok) {
+              record(vkey.c_str(), t);
+              if (r.contains("cudnn_ms")) {
+                r[vkey + "_speed_vs_cudnn"] = r["cudnn_ms"].get<double>() / t.median_ms;
+                r[vkey + "_vs_cudnn_rel_l2_first_1M"] =
+                    rel_l2_sample(o_flash, o_cudnn, std::min<size_t>(nq, size_t(1) << 20));
+              }
+            }
           }
+          unsetenv("TURBODIFF_SAGE_SM90_DENSE");
+          if (st != Status::Ok) r[vkey + "_error"] = td::kernels::attention_last_error();
+          st = Status::Ok;  // the next variant and the sparse runs still go
         }
-        unsetenv("TURBODIFF_SAGE_SM90_OVERLAP");
-        if (st != Status::Ok) r["sage_sm90_nooverlap_error"] = td::kernels::attention_last_error();
       }
       if (run_sparse && s.len_q == s.len_kv && st == Status::Ok) {
         const int64_t bq = sm90 ? 64 : 128, bk = sm90 ? 128 : 64;
@@ -253,18 +265,28 @@ int main(int argc, char** argv) {
             if (sst == Status::Ok)
               sst = td::kernels::sage_attention_cuda(p, q, k, v, o_flash, nullptr, &sp, be, ws, ws_bytes, stream);
           };
-          run_sp(0);
-          char name[64];
-          std::snprintf(name, sizeof name, "%s_sparse_topk%.2f", key.c_str(), topk);
-          if (sst == Status::Ok) {
-            const td::bench::Timing t = td::bench::time_cuda(run_sp, stream, 1, reps_for(time_once(run_sp, stream), 300.0));
+          // sm_90a: the default 2-stage pipes, then the other variants
+          // (TURBODIFF_SAGE_SM90_SPARSE=<variant>, key suffix _<variant>).
+          for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt"}
+                                          : std::vector<const char*>{""}) {
+            const bool deep = variant[0] != 0;
+            if (deep) setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);
+            sst = Status::Ok;
+            run_sp(0);
+            char name[80];
+            std::snprintf(name, sizeof name, "%s_sparse_topk%.2f%s%s", key.c_str(), topk, deep ? "_" : "", variant);
             if (sst == Status::Ok) {
-              record(name, t);
-              r[std::string(name) + "_n_sel"] = n_sel;
-              r[std::string(name) + "_blocks"] = std::to_string(bq) + "x" + std::to_string(bk);
+              const td::bench::Timing t =
+                  td::bench::time_cuda(run_sp, stream, 1, reps_for(time_once(run_sp, stream), 300.0));
+              if (sst == Status::Ok) {
+                record(name, t);
+                r[std::string(name) + "_n_sel"] = n_sel;
+                r[std::string(name) + "_blocks"] = std::to_string(bq) + "x" + std::to_string(bk);
+              }
             }
+            if (sst != Status::Ok) r[std::string(name) + "_error"] = td::kernels::attention_last_error();
+            if (deep) unsetenv("TURBODIFF_SAGE_SM90_SPARSE");
           }
-          if (sst != Status::Ok) r[std::string(name) + "_error"] = td::kernels::attention_last_error();
           cudaFree(lut_dev);
         }
       }

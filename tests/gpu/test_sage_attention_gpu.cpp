@@ -13,6 +13,7 @@
 //   - one 1x2x32760x128 problem against an fp64 reference on a subset of rows.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -232,6 +233,42 @@ std::vector<SageBackend> device_backends() {
 }
 const char* be_name(SageBackend be) { return be == SageBackend::Sm90 ? "sm90" : "portable"; }
 
+// One GPU run: a backend and, for the sm_90a kernel, one of its variants (an
+// environment variable read at every call; see sage_attention_internal.h).
+struct VariantRun {
+  SageBackend be;
+  const char* env = nullptr;  // null: the defaults
+  const char* value = nullptr;
+  std::string label() const {
+    return std::string(be_name(be)) + (env ? std::string(" ") + env + "=" + value : std::string());
+  }
+};
+// Every backend, and every sm_90a variant that serves the problem kind.
+std::vector<VariantRun> device_runs(bool sparse) {
+  std::vector<VariantRun> out;
+  for (SageBackend be : device_backends()) {
+    if (be != SageBackend::Sm90) {
+      out.push_back({be});
+    } else if (sparse) {
+      for (const char* v : {"stages2", "stages3", "stages3_fastcvt"}) out.push_back({be, "TURBODIFF_SAGE_SM90_SPARSE", v});
+    } else {
+      for (const char* v : {"overlap", "plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly"})
+        out.push_back({be, "TURBODIFF_SAGE_SM90_DENSE", v});
+    }
+  }
+  return out;
+}
+// Sets a run's variable for its scope.
+struct ScopedRunEnv {
+  const char* env;
+  explicit ScopedRunEnv(const VariantRun& r) : env(r.env) {
+    if (env) setenv(env, r.value, 1);
+  }
+  ~ScopedRunEnv() {
+    if (env) unsetenv(env);
+  }
+};
+
 class SageAttentionGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
@@ -267,8 +304,10 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
   }
   const std::vector<double> exact(exact_o.begin(), exact_o.end());
 
-  for (SageBackend be : device_backends()) {
-    SCOPED_TRACE(be_name(be));
+  for (const VariantRun& run : device_runs(c.n_sel != 0)) {
+    const SageBackend be = run.be;
+    SCOPED_TRACE(run.label());
+    const ScopedRunEnv env(run);
     const GpuOut g = run_gpu(*f, c, be);
     if (be == SageBackend::Sm90 && c.n_sel && !(c.block_q == 64 && c.block_k == 128)) {
       // The sm_90a kernel serves SageSLA's 64x128 blocks only; others go to the portable kernel.
@@ -296,7 +335,7 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     EXPECT_GE(vs_exact.cosine, kMinCosine) << vs_exact.str();
     EXPECT_LE(vs_exact.rel_l1, kMaxRelL1) << vs_exact.str();
     EXPECT_LE(lse_err(g.lse, exact_lse).first, c.structured ? kMaxLseAbsStructured : kMaxLseAbs);
-    std::printf("[ sage %s ] %s: vs simulation %s | vs exact %s | LSE max abs err %.3g\n", be_name(be),
+    std::printf("[ sage %s ] %s: vs simulation %s | vs exact %s | LSE max abs err %.3g\n", run.label().c_str(),
                 case_str(c).c_str(), vs_sim.str().c_str(), vs_exact.str().c_str(), lse_err(g.lse, exact_lse).first);
   }
 }
@@ -355,8 +394,10 @@ TEST(SageAttentionGpuLarge, Wan480pLengthAgainstFp64OnRowSubset) {
       for (int64_t ch = 0; ch < D; ++ch) ref.push_back(acc[size_t(ch)] / l);
       ref_lse.push_back(mx + std::log(l));
     }
-  for (SageBackend be : device_backends()) {
-    SCOPED_TRACE(be_name(be));
+  for (const VariantRun& run : device_runs(false)) {
+    const SageBackend be = run.be;
+    SCOPED_TRACE(run.label());
+    const ScopedRunEnv env(run);
     const GpuOut g = run_gpu(*f, c, be);
     ASSERT_EQ(g.status, Status::Ok) << kernels::attention_last_error();
     std::vector<double> got;
@@ -372,7 +413,7 @@ TEST(SageAttentionGpuLarge, Wan480pLengthAgainstFp64OnRowSubset) {
     EXPECT_GE(a.cosine, kMinCosine) << a.str();
     EXPECT_LE(a.rel_l1, kMaxRelL1) << a.str();
     EXPECT_LE(lse_max, kMaxLseAbs);
-    std::printf("[ sage %s ] 1x2x32760x128 Gaussian vs fp64 (%zu rows): %s, LSE max abs err %.3g\n", be_name(be),
+    std::printf("[ sage %s ] 1x2x32760x128 Gaussian vs fp64 (%zu rows): %s, LSE max abs err %.3g\n", run.label().c_str(),
                 rows.size() * size_t(c.heads), a.str().c_str(), lse_max);
   }
 }

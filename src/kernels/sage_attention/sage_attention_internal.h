@@ -77,7 +77,25 @@ __host__ __device__ inline int v_fp8_position(int k) {
   return r < 8 ? half * 16 + 4 * (r / 2) + r % 2 : half * 16 + 4 * ((r - 8) / 2) + 2 + (r - 8) % 2;
 }
 
+// sm_90a kernel variants (chosen per call from the environment, for A/B runs;
+// the defaults are the measured-best ones):
+//   TURBODIFF_SAGE_SM90_DENSE = overlap (default) | plain | pingpong | fastcvt
+//     | pingpong_fastcvt | fastcvt_poly  (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
+//   TURBODIFF_SAGE_SM90_SPARSE = stages2 (default) | stages3 | stages3_fastcvt
+//     (stages per consumer pipe)
+// pingpong: the two consumer warpgroups take turns on the tensor cores (named
+// barriers); fastcvt: INT32 scores to float by an integer add of 1.5·2^23's
+// bits instead of I2F; _poly: and half of the exp2 by a cubic on the FMA pipe
+// (see sage_attention_sm90.cu).
+enum class Sm90Dense { Overlap, Plain, PingPong, FastCvt, PingPongFastCvt, FastCvtPoly };
+enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt };
+struct Sm90Variant {
+  Sm90Dense dense = Sm90Dense::Overlap;
+  Sm90Sparse sparse = Sm90Sparse::Stages2;
+};
+
 // sm_90a (sage_attention_sm90.cu when built for 90a).
+Sm90Variant sm90_variant_from_env();
 bool sm90_available();
 Status sm90_supports(const AttnProblem& p, const SageSparse* sp);
 Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream);

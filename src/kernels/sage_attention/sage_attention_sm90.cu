@@ -61,11 +61,13 @@ struct Sm90Traits {
                                       SmemV<1>{}(_, _, 0)));
 };
 
-// kPipes = 1: dense (both consumers read every stage); 2: sparse (one pipe per consumer).
-template <int D, int kPipes>
+// kPipes = 1: dense (both consumers read every stage); 2: sparse (one pipe per
+// consumer). kStages_: stages per pipe (dense 4; sparse 2, or 3 for the deeper
+// variant: 16 KB Q + 6 x 32 KB K/V = 208 KB at head_dim 128).
+template <int D, int kPipes, int kStages_>
 struct Sm90Config {
   using T = Sm90Traits<D>;
-  static constexpr int kStages = kPipes == 1 ? 4 : 2;
+  static constexpr int kStages = kStages_;
   static constexpr int kAllStages = kStages * kPipes;
   using SmemK = typename T::template SmemK<kAllStages>;
   using SmemV = typename T::template SmemV<kAllStages>;
@@ -86,6 +88,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+// 2^x on the FMA and integer pipes (no MUFU), for x <= ~9: x = j + f with j
+// the nearest integer (the 1.5·2^23 add leaves j in the low mantissa bits) and
+// f in [-0.5, 0.5]; 2^f by a cubic fitted for relative error (max 1.2e-4, far
+// below e4m3's step of 2^-3); 2^j added to the exponent bits (j << 23; the
+// magic's own bits shift out). x is clamped at -125 (2^-125 is 0 in e4m3).
+__device__ __forceinline__ float poly_exp2(float x) {
+  x = fmaxf(x, -125.f);
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.0545929f, f, 0.24222323f), f, 0.69336947f), f, 1.f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
 // Two floats to two e4m3 bytes (RN, saturating to ±448): lo in the low byte.
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   uint16_t r;
@@ -93,23 +107,44 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return r;
 }
 
-// kOverlap: inside each consumer warpgroup, P̃·V of tile j runs on the tensor
+// Dense schedules (kSched): 0 plain (Q·Kᵀ, softmax, P̃·V in sequence); 1 overlap
+// (below); 2 overlap + ping-pong between the two consumer warpgroups: named
+// barriers hand the tensor cores from one consumer to the other at every
+// issue point (Q·Kᵀ of j+1 with P̃·V of j), so one warpgroup's softmax runs
+// while the other's wgmmas do (FlashAttention-3's inter-warpgroup schedule).
+constexpr int kSchedPlain = 0, kSchedOverlap = 1, kSchedPingPong = 2;
+// kFastCvt: the INT32 scores become floats without I2F (a conversion, 16 per
+// clock per SM, the same rate as ex2): |S| <= 128·127² < 2^22, so the bits of
+// S + 0x4B400000 read as a float are exactly S + 1.5·2^23 (one integer add,
+// full rate); the bias is taken out in the max (exact) and folded into the
+// exp2 FFMA's per-row constant (its rounding: ~2^-24 relative of bias·c,
+// ~1e-5 in the log2 domain). Full 128-key tiles only; a partial tile converts.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagicBias = 12582912.f;  // 1.5 · 2^23
+
+// Overlap: inside each consumer warpgroup, P̃·V of tile j runs on the tensor
 // cores while the softmax of tile j+1 runs (the loop is peeled: ptxas
 // serializes the wgmmas (C7514) when the last iteration is a branch inside it).
 // It needs ~230 live registers at head_dim 128 (S, O, O_tmp, P̃): ptxas keeps
 // the 168 of launch_bounds(384, 1) and spills (~100 bytes dense, ~700 sparse),
 // so the dense path takes it (unless TURBODIFF_SAGE_SM90_OVERLAP=0) and the
 // sparse path runs the plain sequence.
-template <int D, int kPipes, bool kOverlap>
+// kPolyExp: half of the exp2 of P̃ (every other column pair) by poly_exp2 on
+// the FMA pipe, the other half on MUFU (FA4's split), so the MUFU/conversion
+// pipe carries ~3/4 of its load.
+template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt, bool kPolyExp>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
                      const __grid_constant__ typename Sm90Traits<D>::TmaV tma_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Sm90Traits<D>;
-  using C = Sm90Config<D, kPipes>;
+  using C = Sm90Config<D, kPipes, kStagesPerPipe>;
   constexpr int kStages = C::kStages;
   constexpr bool kSparse = kPipes == 2;
+  constexpr bool kOverlap = kSched != kSchedPlain;
+  constexpr bool kPingPong = kSched == kSchedPingPong;
+  static_assert(!(kSparse && kPingPong), "ping-pong needs both consumers on the same tiles (dense)");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -261,9 +296,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Dequantization factor per (row half, column half); 1 in a partial tile,
       // whose masked scores are scaled (and set to -inf) first.
       float c_lo0 = qs_lo * ks0, c_lo1 = qs_lo * ks1, c_hi0 = qs_hi * ks0, c_hi1 = qs_hi * ks1;
+      float bias = 0.f;  // kFastCvt, full tile: sf = S + kMagicBias
       if (valid >= kBK) {
-        CUTE_UNROLL
-        for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+        if constexpr (kFastCvt) {
+          CUTE_UNROLL
+          for (int i = 0; i < kBK / 2; ++i) sf[i] = __int_as_float(int(acc_s(i)) + kMagicBits);
+          bias = kMagicBias;
+        } else {
+          CUTE_UNROLL
+          for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+        }
       } else {
         CUTE_UNROLL
         for (int i = 0; i < kBK / 2; ++i) {
@@ -283,7 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
       // half (partial tile) has c = 1.
-      float mx_lo = fmaxf(a_lo0 * c_lo0, a_lo1 * c_lo1), mx_hi = fmaxf(a_hi0 * c_hi0, a_hi1 * c_hi1);
+      float mx_lo = fmaxf((a_lo0 - bias) * c_lo0, (a_lo1 - bias) * c_lo1),
+            mx_hi = fmaxf((a_hi0 - bias) * c_hi0, (a_hi1 - bias) * c_hi1);
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
       mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
@@ -294,14 +337,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       m_lo = mn_lo;
       m_hi = mn_hi;
       const float sh_lo = mn_lo - kLog2_448, sh_hi = mn_hi - kLog2_448;
+      // exp2 argument = (sf - bias)·c - sh = sf·c - (sh + bias·c), one FFMA.
+      float o_lo0 = sh_lo, o_lo1 = sh_lo, o_hi0 = sh_hi, o_hi1 = sh_hi;
+      if constexpr (kFastCvt) {
+        o_lo0 = fmaf(bias, c_lo0, sh_lo);
+        o_lo1 = fmaf(bias, c_lo1, sh_lo);
+        o_hi0 = fmaf(bias, c_hi0, sh_hi);
+        o_hi1 = fmaf(bias, c_hi1, sh_hi);
+      }
       float sum_lo = 0.f, sum_hi = 0.f;
       CUTE_UNROLL
       for (int i = 0; i < kBK / 2; i += 4) {
         const float cl = i < kBK / 4 ? c_lo0 : c_lo1, ch = i < kBK / 4 ? c_hi0 : c_hi1;
-        sf[i] = fast_exp2(fmaf(sf[i], cl, -sh_lo));
-        sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -sh_lo));
-        sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -sh_hi));
-        sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -sh_hi));
+        const float ol = i < kBK / 4 ? o_lo0 : o_lo1, oh = i < kBK / 4 ? o_hi0 : o_hi1;
+        sf[i] = fast_exp2(fmaf(sf[i], cl, -ol));
+        if constexpr (kPolyExp) {
+          sf[i + 1] = poly_exp2(fmaf(sf[i + 1], cl, -ol));
+        } else {
+          sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -ol));
+        }
+        sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -oh));
+        if constexpr (kPolyExp) {
+          sf[i + 3] = poly_exp2(fmaf(sf[i + 3], ch, -oh));
+        } else {
+          sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -oh));
+        }
         sum_lo += sf[i] + sf[i + 1];
         sum_hi += sf[i + 2] + sf[i + 3];
       }
@@ -312,7 +372,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Software pipeline per warpgroup: while P̃·V of tile j runs on the tensor
     // cores, Q·Kᵀ of tile j+1 has completed and its softmax runs on the CUDA cores.
     float alpha_lo, alpha_hi;
+    // Ping-pong: named barrier 1 + c is consumer c's turn on the tensor cores
+    // (256 threads: its 128 syncing, the other consumer's 128 arriving).
+    // Consumer 0 goes first; every issue point (n + 1 per consumer: Q·Kᵀ of
+    // tile 0, then Q·Kᵀ of j+1 with P̃·V of j, then the last P̃·V) waits for its
+    // turn and then passes the turn on; consumer 1 does not pass its last one,
+    // so both barriers see n + 1 syncs and n + 1 arrivals. Dense only: both
+    // consumers visit the same n tiles.
+    auto sched_wait = [&]() {
+      if constexpr (kPingPong) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + c) : "memory");
+    };
+    auto sched_pass = [&](bool last) {
+      if constexpr (kPingPong) {
+        if (!(last && c == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - c) : "memory");
+      }
+    };
+    if constexpr (kPingPong) {
+      if (c == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    }
+    sched_wait();
     issue_qk(0);
+    sched_pass(false);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
     softmax(tile_at(pipe, 0), alpha_lo, alpha_hi);
@@ -355,8 +435,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // completed and its softmax runs on the CUDA cores.
       for (int j = 0; j < n - 1; ++j) {
         pack_p();
+        sched_wait();
         issue_qk(j + 1);
         issue_pv(j);
+        sched_pass(false);
         warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
         warpgroup_fence_operand(acc_s);
         float next_lo, next_hi;
@@ -367,7 +449,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         alpha_hi = next_hi;
       }
       pack_p();
+      sched_wait();
       issue_pv(n - 1);
+      sched_pass(true);
       warpgroup_wait<0>();
       finish_tile(n - 1, alpha_lo, alpha_hi);
     } else {
@@ -415,10 +499,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <int D, int kPipes, bool kOverlap>
+template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt = false, bool kPolyExp = false>
 Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
   using T = Sm90Traits<D>;
-  using C = Sm90Config<D, kPipes>;
+  using C = Sm90Config<D, kPipes, kStagesPerPipe>;
   using GL = typename T::GmemLayout;
   const int BH = int(pr.batch * pr.heads);
   const GL lq(make_shape(BH * int(ap.lq_pad), D), make_stride(int64_t(D), _1{}));
@@ -431,7 +515,7 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
   auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
-  auto kernel = sage_sm90_kernel<D, kPipes, kOverlap>;
+  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kSched, kFastCvt, kPolyExp>;
   const int smem = int(sizeof(typename C::Shared));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
@@ -459,15 +543,51 @@ Status sm90_supports(const AttnProblem& p, const SageSparse* sp) {
   return Status::Ok;
 }
 
-Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
-  const char* env = std::getenv("TURBODIFF_SAGE_SM90_OVERLAP");  // read per call: the bench toggles it
-  const bool overlap = !(env && env[0] == '0');
-  if (p.head_dim == 128) {
-    if (sp) return launch<128, 2, false>(ap, p, stream);
-    return overlap ? launch<128, 1, true>(ap, p, stream) : launch<128, 1, false>(ap, p, stream);
+Sm90Variant sm90_variant_from_env() {
+  Sm90Variant v;
+  if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_OVERLAP"); e && e[0] == '0') v.dense = Sm90Dense::Plain;
+  if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_DENSE")) {
+    const std::string s(e);
+    if (s == "plain") v.dense = Sm90Dense::Plain;
+    else if (s == "overlap") v.dense = Sm90Dense::Overlap;
+    else if (s == "pingpong") v.dense = Sm90Dense::PingPong;
+    else if (s == "fastcvt") v.dense = Sm90Dense::FastCvt;
+    else if (s == "pingpong_fastcvt") v.dense = Sm90Dense::PingPongFastCvt;
+    else if (s == "fastcvt_poly") v.dense = Sm90Dense::FastCvtPoly;
   }
-  if (sp) return launch<64, 2, false>(ap, p, stream);
-  return overlap ? launch<64, 1, true>(ap, p, stream) : launch<64, 1, false>(ap, p, stream);
+  if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
+    const std::string s(e);
+    if (s == "stages3") v.sparse = Sm90Sparse::Stages3;
+    else if (s == "stages3_fastcvt") v.sparse = Sm90Sparse::Stages3FastCvt;
+    else if (s == "stages2") v.sparse = Sm90Sparse::Stages2;
+  }
+  return v;
+}
+
+template <int D>
+Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v, cudaStream_t stream) {
+  if (sp) {
+    switch (v.sparse) {
+      case Sm90Sparse::Stages3: return launch<D, 2, 3, kSchedPlain>(ap, p, stream);
+      case Sm90Sparse::Stages3FastCvt: return launch<D, 2, 3, kSchedPlain, true>(ap, p, stream);
+      case Sm90Sparse::Stages2: break;
+    }
+    return launch<D, 2, 2, kSchedPlain>(ap, p, stream);
+  }
+  switch (v.dense) {
+    case Sm90Dense::Plain: return launch<D, 1, 4, kSchedPlain>(ap, p, stream);
+    case Sm90Dense::PingPong: return launch<D, 1, 4, kSchedPingPong>(ap, p, stream);
+    case Sm90Dense::FastCvt: return launch<D, 1, 4, kSchedOverlap, true>(ap, p, stream);
+    case Sm90Dense::PingPongFastCvt: return launch<D, 1, 4, kSchedPingPong, true>(ap, p, stream);
+    case Sm90Dense::FastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true>(ap, p, stream);
+    case Sm90Dense::Overlap: break;
+  }
+  return launch<D, 1, 4, kSchedOverlap>(ap, p, stream);
+}
+
+Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
+  const Sm90Variant v = sm90_variant_from_env();  // read per call: the bench and the tests switch it
+  return p.head_dim == 128 ? run_d<128>(ap, p, sp, v, stream) : run_d<64>(ap, p, sp, v, stream);
 }
 
 }  // namespace td::kernels::sage
