@@ -17,7 +17,15 @@
 // build time (warmup_*_s, per phase, with the number of cuDNN plans built)
 // and the run time of the two.
 //
+// TAEHV (taew2_1's tiny decoder, models/taehv, random weights in its real
+// widths 256/128/64/64) decodes the same latent first, timed the same way
+// (wall, events, peak; warm-up: one decode per chunking, which builds the
+// cuDNN plans of every shape), once per chunking: 4 latent frames at a time (the
+// default) and all 21 at once; "taehv" in the JSON, with the speed-up over
+// the Wan VAE's untiled decode. --taehv-only skips the Wan VAE; --no-taehv skips TAEHV.
+//
 //   bench_vae [--frames 21] [--height 60] [--width 104] [--reps 2] [--no-encode] [--unfused-bias]
+//             [--taehv-only] [--no-taehv]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -30,6 +38,7 @@
 #include "bench_util.h"
 #include "core/cuda_runtime.h"
 #include "kernels/conv/conv.h"
+#include "models/taehv/taehv.h"
 #include "models/wan_vae/wan_vae.h"
 #include "ops/conv.h"
 
@@ -113,7 +122,7 @@ nlohmann::json run_reps(int reps, const std::function<void()>& fn) {
 int main(int argc, char** argv) {
   int64_t frames = 21, height = 60, width = 104;
   int reps = 2;
-  bool encode = true;
+  bool encode = true, taehv = true, wan = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
@@ -123,6 +132,8 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = int(next());
     else if (a == "--no-encode") encode = false;
     else if (a == "--unfused-bias") td::ops::set_conv_cl_fuse_bias(false);
+    else if (a == "--taehv-only") wan = false;
+    else if (a == "--no-taehv") taehv = false;
     else {
       std::fprintf(stderr, "bench_vae: unknown argument %s\n", a.c_str());
       return 2;
@@ -130,8 +141,44 @@ int main(int argc, char** argv) {
   }
   try {
     cuda::set_device(0);
-    const WanVae vae(random_checkpoint());
     const Tensor latent = random_host({1, 16, frames, height, width}, -2.0f, 2.0f, 7u);
+    nlohmann::json tj;
+    if (taehv) {
+      const models::taehv::TaehvDecoder tae(models::taehv::random_taehv_checkpoint());
+      tj["config"] = tae.config().describe();
+      tj["video"] = {1, 3, tae.config().frames_out(frames), height * 8, width * 8};
+      tj["dtype"] = "bf16";
+      models::taehv::TaehvRunOptions o;
+      o.device = Device::cuda(0);
+      o.dtype = DType::BF16;
+      for (const int64_t chunk : {int64_t(4), int64_t(0)}) {
+        const std::string k = chunk ? "decode_chunk4" : "decode_all";
+        o.latent_frames_per_chunk = chunk;
+        try {  // a failure is recorded; the rest is still measured
+          const auto w0 = std::chrono::steady_clock::now();
+          tae.decode(latent, o);  // warm-up: weights, and the cuDNN plans of every shape
+          cuda::synchronize(0);
+          tj["warmup_" + k + "_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+          tj["weights_mib"] = double(cuda::allocated_bytes(0)) / double(1 << 20);
+          std::fprintf(stderr, "taehv decode, %s latent frames per chunk:\n", chunk ? "4" : "all");
+          tj[k] = run_reps(reps, [&] { tae.decode(latent, o); });
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "bench_vae: taehv %s: %s\n", k.c_str(), e.what());
+          tj[k + "_error"] = e.what();
+          cuda::synchronize(0);
+        }
+      }
+      tae.release_device_weights();
+    }
+    if (!wan) {
+      nlohmann::json out;
+      out["device"] = cuda::device_info(0).name;
+      out["latent"] = {1, 16, frames, height, width};
+      out["taehv"] = tj;
+      std::printf("%s\n", out.dump(2).c_str());
+      return 0;
+    }
+    const WanVae vae(random_checkpoint());
     WanVaeRunOptions untiled;
     untiled.device = Device::cuda(0);
     untiled.dtype = DType::BF16;
@@ -170,6 +217,16 @@ int main(int argc, char** argv) {
       warmup("encode", [&] { vae.encode(video.slice(2, 0, 5).contiguous(), untiled); });  // plans of the encoder
       std::fprintf(stderr, "encode untiled:\n");
       out["encode_untiled"] = run_reps(1, [&] { vae.encode(video, untiled); });
+    }
+    if (taehv) {
+      const auto best = [](const nlohmann::json& runs) {
+        double m = 1e30;
+        for (const auto& r : runs) m = std::min(m, r["wall_ms"].get<double>());
+        return m;
+      };
+      for (const char* k : {"decode_chunk4", "decode_all"})
+        if (tj.contains(k)) tj[std::string("speedup_vs_wan_vae_untiled_") + k] = best(out["decode_untiled"]) / best(tj[k]);
+      out["taehv"] = tj;
     }
     std::printf("%s\n", out.dump(2).c_str());
   } catch (const std::exception& e) {

@@ -241,6 +241,21 @@ void TaehvDecoder::check_latent(const Tensor& latent) const {
 
 namespace {
 
+// A per-frame convolution (kt = 1) of x [1, T, H, W, Ci]; on CUDA, split
+// along T so no single cuDNN call sees a tensor of 2^31 elements or more
+// (all 84 frames of a 480p video at once would), exact since frames are
+// independent.
+Tensor conv_frames(const Tensor& x, const Tensor& w, const Tensor& b, const ops::ConvOptions& o) {
+  const int64_t t = x.size(1), co = w.size(0);
+  const int64_t per_frame = std::max(x.numel() / std::max<int64_t>(t, 1), x.size(2) * x.size(3) * co);
+  const int64_t limit = int64_t(1) << 30;
+  if (x.device().is_cpu() || per_frame * t < limit || t <= 1) return ops::conv3d_cl(x, w, b, o);
+  const int64_t step = std::max<int64_t>(1, limit / per_frame);
+  std::vector<Tensor> parts;
+  for (int64_t f = 0; f < t; f += step) parts.push_back(ops::conv3d_cl(x.slice(1, f, std::min(t, f + step)), w, b, o));
+  return ops::cat_frames_cl(parts);
+}
+
 struct Net {
   const std::map<std::string, Tensor>& w;
   const Tensor& get(const std::string& n) const {
@@ -250,7 +265,7 @@ struct Net {
   }
   Tensor conv3(const Tensor& x, int64_t i, const std::string& sub, bool bias) const {
     const std::string p = sub.empty() ? cat("decoder.", i, ".") : cat("decoder.", i, ".", sub, ".");
-    return ops::conv3d_cl(x, get(p + "weight"), bias ? get(p + "bias") : Tensor(), ops::ConvOptions::same_pad(1));
+    return conv_frames(x, get(p + "weight"), bias ? get(p + "bias") : Tensor(), ops::ConvOptions::same_pad(1));
   }
   // MemBlock i: x [1, T, H, W, C]; mem: its input's last frame from the previous chunk (updated).
   Tensor memblock(const Tensor& x, int64_t i, Tensor& mem) const {
@@ -313,7 +328,7 @@ Tensor TaehvDecoder::decode(const Tensor& latent_in, const TaehvRunOptions& o) c
           x = net.memblock(x, i, mem[size_t(i)]);
         }
         x = ops::upsample_nearest2x_cl(x);
-        x = ops::conv3d_cl(x, net.get(key(tgrow_index(s), "conv.weight")), Tensor());
+        x = conv_frames(x, net.get(key(tgrow_index(s), "conv.weight")), Tensor(), {});
         if (c.time_stride[s] == 2) x = ops::channel_halves_to_frames_cl(x);
         x = net.conv3(x, stage_conv_index(s), "", false);
       }
