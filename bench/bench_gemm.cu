@@ -27,7 +27,8 @@
 //   block_scaled_sm90_block128_quant + quant_block128_cuda
 //   block_scaled_sm90_<variant>_{token128,block128,token128_epilogue,token128_quant}
 //                                    each variant of the sm90 block-scaled kernel
-//                                    (baseline, fast_promote, pipelined, pipelined_cvt:
+//                                    (baseline, fast_promote, pipelined, pipelined_cvt,
+//                                    pipelined_smem_epi:
 //                                    int8_gemm_block_scaled_sm90.h) named explicitly
 //   post_scale_mma / block_scaled_mma_token128   the portable mma.sync kernels
 // Plus "accuracy_vs_bf16" at 32760 x 1536 -> 1536: rel L2 and cosine of each
@@ -102,14 +103,15 @@ Status block_scaled_sm90(const td::kernels::Int8GemmBlockScaledArgs& args, cudaS
 }
 
 // One named variant of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h).
-enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt };
+enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt, PipelinedSmemEpi };
 Status block_scaled_sm90_variant(const td::kernels::Int8GemmBlockScaledArgs& args, BsVariant v, cudaStream_t stream) {
 #if TURBODIFF_HAVE_SM90
   using K = td::kernels::BlockScaledSm90Kernel;
   const K k = v == BsVariant::Baseline      ? K::Baseline
               : v == BsVariant::FastPromote ? K::FastPromote
               : v == BsVariant::Pipelined   ? K::Pipelined
-                                            : K::PipelinedCvt;
+              : v == BsVariant::PipelinedCvt ? K::PipelinedCvt
+                                            : K::PipelinedSmemEpi;
   return td::kernels::int8_gemm_block_scaled_sm90(args, stream, k);
 #else
   (void)args, (void)v, (void)stream;
@@ -180,9 +182,11 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // variants differ only in instruction choice and overlap: same fp32 operations
 // in the same order). A variant that faults or hangs (the child gets 60 s) is
 // reported and not timed, so it cannot take the other measurements with it.
-const char* const kVariantNames[] = {"baseline", "fast_promote", "pipelined", "pipelined_cvt"};
-const BsVariant kVariants[] = {BsVariant::Baseline, BsVariant::FastPromote, BsVariant::Pipelined,
-                               BsVariant::PipelinedCvt};
+constexpr int kNumVariants = 5;
+const char* const kVariantNames[kNumVariants] = {"baseline", "fast_promote", "pipelined", "pipelined_cvt",
+                                                 "pipelined_smem_epi"};
+const BsVariant kVariants[kNumVariants] = {BsVariant::Baseline, BsVariant::FastPromote, BsVariant::Pipelined,
+                                           BsVariant::PipelinedCvt, BsVariant::PipelinedSmemEpi};
 
 int probe_child(int fd) {
   auto say = [&](const std::string& line) {
@@ -198,7 +202,7 @@ int probe_child(int fd) {
     int64_t M, N, K;
   };
   const P problems[] = {{2000, 1536, 1536}, {1111, 264, 1408}};
-  std::vector<std::string> verdict(4, "ok");
+  std::vector<std::string> verdict(kNumVariants, "ok");
   for (const P& pr : problems) {
     const int64_t kb = (pr.K + 127) / 128;
     int8_t *a, *w;
@@ -220,7 +224,7 @@ int probe_child(int fd) {
     args.a_scale = sa, args.a_scale_kind = td::kernels::ActScale::Token128, args.ld_a_scale = pr.M;
     args.w_scale = sw, args.ld_w_scale = kb;
     std::vector<uint16_t> ref(size_t(pr.M * pr.N)), got(ref.size());
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < kNumVariants; ++v) {
       args.op.out = v == 0 ? out0 : out;
       TD_BENCH_CUDA(cudaMemset(args.op.out, 0xff, size_t(pr.M * pr.N) * 2));
       const Status st = block_scaled_sm90_variant(args, kVariants[v], nullptr);
@@ -244,7 +248,7 @@ int probe_child(int fd) {
     for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(sa), static_cast<void*>(sw), out, out0})
       cudaFree(p);
   }
-  for (int v = 0; v < 4; ++v) say(std::string(kVariantNames[v]) + " " + verdict[size_t(v)]);
+  for (int v = 0; v < kNumVariants; ++v) say(std::string(kVariantNames[v]) + " " + verdict[size_t(v)]);
   return 0;
 }
 
@@ -435,7 +439,7 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
     // The block-scaled sm90 variants side by side (the records above run the
     // default one: TURBODIFF_GEMM_SM90_BLOCK_KERNEL, else baseline).
     // Only variants whose probe ran (a faulting or hanging one is skipped).
-    for (int vi = 0; vi < 4; ++vi) {
+    for (int vi = 0; vi < kNumVariants; ++vi) {
       const BsVariant v = kVariants[vi];
       const auto pr = probe.find(kVariantNames[vi]);
       if (pr == probe.end() || pr->second.rfind("no answer", 0) == 0 || pr->second == "fault" ||
@@ -568,7 +572,7 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     args.w_scale = sw, args.ld_w_scale = kb;
     require_ok(block_scaled_sm90(args, stream), "block_scaled_sm90");
     put("block_scaled_token128");
-    for (int vi = 1; vi < 4; ++vi) {
+    for (int vi = 1; vi < kNumVariants; ++vi) {
       const auto pr = probe.find(kVariantNames[vi]);
       if (pr == probe.end() || pr->second.rfind("ok", 0) != 0) continue;
       require_ok(block_scaled_sm90_variant(args, kVariants[vi], stream), kVariantNames[vi]);

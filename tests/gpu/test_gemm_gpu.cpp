@@ -49,7 +49,8 @@ enum class Kernel {
   BlockScaledMma,
   BlockScaledSm90Fast,
   BlockScaledSm90Pipe,
-  BlockScaledSm90PipeCvt
+  BlockScaledSm90PipeCvt,
+  BlockScaledSm90PipeSmemEpi
 };
 enum class Scheme { PostScale, Token128, Block128 };
 
@@ -62,6 +63,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::BlockScaledSm90Fast: return "block_scaled_sm90_fast_promote";
     case Kernel::BlockScaledSm90Pipe: return "block_scaled_sm90_pipelined";
     case Kernel::BlockScaledSm90PipeCvt: return "block_scaled_sm90_pipelined_cvt";
+    case Kernel::BlockScaledSm90PipeSmemEpi: return "block_scaled_sm90_pipelined_smem_epi";
   }
   return "?";
 }
@@ -70,7 +72,8 @@ const char* scheme_name(Scheme s) {
 }
 bool is_sm90(Kernel k) {
   return k == Kernel::PostScaleSm90 || k == Kernel::BlockScaledSm90 || k == Kernel::BlockScaledSm90Fast ||
-         k == Kernel::BlockScaledSm90Pipe || k == Kernel::BlockScaledSm90PipeCvt;
+         k == Kernel::BlockScaledSm90Pipe || k == Kernel::BlockScaledSm90PipeCvt ||
+         k == Kernel::BlockScaledSm90PipeSmemEpi;
 }
 #if TURBODIFF_HAVE_SM90
 constexpr bool kBuiltSm90 = true;
@@ -272,7 +275,8 @@ struct Problem {
       case Kernel::BlockScaledMma:
       case Kernel::BlockScaledSm90Fast:
       case Kernel::BlockScaledSm90Pipe:
-      case Kernel::BlockScaledSm90PipeCvt: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
+      case Kernel::BlockScaledSm90PipeCvt:
+      case Kernel::BlockScaledSm90PipeSmemEpi: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
     }
     return Status::InvalidArgument;
   }
@@ -301,6 +305,8 @@ struct Problem {
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::Pipelined);
     if (k == Kernel::BlockScaledSm90PipeCvt)
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedCvt);
+    if (k == Kernel::BlockScaledSm90PipeSmemEpi)
+      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedSmemEpi);
 #endif
 #endif
     (void)k, (void)args, (void)stream;
@@ -405,14 +411,16 @@ std::vector<KernelCase> all_kernel_cases() {
 std::vector<KernelCase> sm90_block_variant_cases() {
   return {{Kernel::BlockScaledSm90Fast, Scheme::Token128}, {Kernel::BlockScaledSm90Fast, Scheme::Block128},
           {Kernel::BlockScaledSm90Pipe, Scheme::Token128}, {Kernel::BlockScaledSm90Pipe, Scheme::Block128},
-          {Kernel::BlockScaledSm90PipeCvt, Scheme::Token128}, {Kernel::BlockScaledSm90PipeCvt, Scheme::Block128}};
+          {Kernel::BlockScaledSm90PipeCvt, Scheme::Token128}, {Kernel::BlockScaledSm90PipeCvt, Scheme::Block128},
+          {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Token128},
+          {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Block128}};
 }
 // The block-scaled sm90 variants run the Wan-1.3B shapes with token128 scales
 // only (what the model runs; Block128 differs only in the scale load, which the
 // small-shape tests cover): keeps the added GPU-test time small.
 bool skip_wan_shapes(const KernelCase& c) {
   return (c.kernel == Kernel::BlockScaledSm90Fast || c.kernel == Kernel::BlockScaledSm90Pipe ||
-          c.kernel == Kernel::BlockScaledSm90PipeCvt) &&
+          c.kernel == Kernel::BlockScaledSm90PipeCvt || c.kernel == Kernel::BlockScaledSm90PipeSmemEpi) &&
          c.scheme == Scheme::Block128;
 }
 
@@ -491,15 +499,16 @@ TEST(GemmGpuLarge, Wan14BShapeOnHopperKernels) {
   }
 }
 
-// The same 14B shape on the block-scaled sm90 variant meant to replace the
+// The same 14B shape on the block-scaled sm90 variants meant to replace the
 // default one (a suite of its own, like Sm90BlockVariants).
-TEST(GemmGpuVariantsLarge, Wan14BShapePipelined) {
+TEST(GemmGpuVariantsLarge, Wan14BShapePipelinedVariants) {
   TD_REQUIRE_GPU();
   if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
   const int64_t M = 75600;
   const std::vector<std::pair<int64_t, int64_t>> slices = {{0, 64}, {37760, 37900}, {M - 150, M}};
   Problem p(Scheme::Token128, M, 5120, 5120, EpilogueCase{.bias = true, .residual = true, .gate = true, .rows_per_batch = M});
   check_kernel(Kernel::BlockScaledSm90Pipe, p, slices);
+  check_kernel(Kernel::BlockScaledSm90PipeSmemEpi, p, slices);
 }
 
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
@@ -507,7 +516,8 @@ TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
   TD_REQUIRE_GPU();
   cuda::Stream stream(0);
   for (Kernel k : {Kernel::PostScaleSm90, Kernel::PostScaleMma, Kernel::BlockScaledSm90, Kernel::BlockScaledMma,
-                   Kernel::BlockScaledSm90Fast, Kernel::BlockScaledSm90Pipe, Kernel::BlockScaledSm90PipeCvt}) {
+                   Kernel::BlockScaledSm90Fast, Kernel::BlockScaledSm90Pipe, Kernel::BlockScaledSm90PipeCvt,
+                   Kernel::BlockScaledSm90PipeSmemEpi}) {
     SCOPED_TRACE(kernel_name(k));
     const Scheme s = (k == Kernel::PostScaleSm90 || k == Kernel::PostScaleMma) ? Scheme::PostScale : Scheme::Token128;
     Problem p(s, 64, 128, 40, {});  // K % 16 != 0

@@ -16,12 +16,15 @@ namespace td::kernels {
 //   Pipelined    FastPromote + two int32 accumulator sets, promotion of K block
 //                kt overlapping the wgmmas of kt + 1
 //   PipelinedCvt Pipelined with the compiler's int32 -> fp32 conversion
+//   PipelinedSmemEpi  Pipelined + the epilogue staged through shared memory
+//                (coalesced 16-byte stores and residual loads)
 // Default = the environment variable TURBODIFF_GEMM_SM90_BLOCK_KERNEL
-// (baseline | fast_promote | pipelined | pipelined_cvt, read once per process), else Baseline.
+// (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi, read once per process), else Baseline.
 // The two-argument overload above runs Default.
-enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4 };
+enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4,
+                                        PipelinedSmemEpi = 5 };
 Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel);
-// "baseline", "fast_promote", "pipelined", "pipelined_cvt" (Default: what it resolves to).
+// "baseline", "fast_promote", "pipelined", "pipelined_cvt", "pipelined_smem_epi" (Default: what it resolves to).
 const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel kernel);
 #endif
 
