@@ -98,7 +98,7 @@ __device__ __forceinline__ float poly_exp2(float x) {
   const float t = x + 12582912.f;
   const float f = x - (t - 12582912.f);
   const float p = fmaf(fmaf(fmaf(0.0545929f, f, 0.24222323f), f, 0.69336947f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+  return __int_as_float(int(uint32_t(__float_as_int(p)) + (uint32_t(__float_as_int(t)) << 23)));
 }
 // Two floats to two e4m3 bytes (RN, saturating to ±448): lo in the low byte.
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
