@@ -100,9 +100,12 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         check(quantize_block128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_block128_cuda");
       }, stream),
       quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
-  // quant_token128: the default kernel (Items4); quant_token128_items8: the Items8Idx32 variant.
-  for (Token128QuantKernel v : {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32})
-    ops[v == Token128QuantKernel::Items4 ? "quant_token128" : "quant_token128_items8"] = result(
+  // quant_token128: the default kernel (Items4); _items8 / _items4_idx32: the variants.
+  for (Token128QuantKernel v :
+       {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32, Token128QuantKernel::Items4Idx32})
+    ops[v == Token128QuantKernel::Items4        ? "quant_token128"
+        : v == Token128QuantKernel::Items8Idx32 ? "quant_token128_items8"
+                                                : "quant_token128_items4_idx32"] = result(
         td::bench::time_cuda([&](int i) {
           check(quantize_token128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, M, stream, v),
                 "quantize_token128_cuda");

@@ -214,6 +214,15 @@ TEST(QuantGpu, Token128Items8BitIdenticalToReference) {
   compare_standalone(Fmt::Token128, wan13, 1536, 32760, 0, "token128 items8 bf16 32760x1536");
   g_token128_kernel = Token128QuantKernel::Items4;
 }
+// The Items4Idx32 token128 variant, likewise.
+TEST(QuantGpu, Token128Items4Idx32BitIdenticalToReference) {
+  TD_REQUIRE_GPU();
+  g_token128_kernel = Token128QuantKernel::Items4Idx32;
+  check_standalone(Fmt::Token128);
+  const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);
+  compare_standalone(Fmt::Token128, wan13, 1536, 32760, 0, "token128 items4 idx32 bf16 32760x1536");
+  g_token128_kernel = Token128QuantKernel::Items4;
+}
 
 TEST(QuantGpu, WanSizedBitIdenticalToReference) {
   TD_REQUIRE_GPU();

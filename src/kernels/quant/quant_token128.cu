@@ -36,6 +36,9 @@ constexpr int kItemsPerHalfWarp = 4;
 // in the default: ~9 instructions per element, against a budget of ~20 per
 // element at HBM speed for a 3-byte/element kernel). Used when
 // rows * groups < 2^31. Predicted: 74-77% -> ~85-90% of copy bandwidth.
+// Token128QuantKernel::Items4Idx32: the 32-bit decode alone with 4 items
+// (Items8Idx32 needs ~115 registers, so 2 CTAs of 256 per SM hold the same
+// 64 KB in flight as the default's 4; this one keeps the default's occupancy).
 // kIdx32 == false with kItems == 4 is the default kernel, unchanged.
 template <typename T, bool kVec, int kItems = kItemsPerHalfWarp, bool kIdx32 = false>
 __global__ void __launch_bounds__(kThreads)
@@ -93,11 +96,13 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
   if (kernel == Token128QuantKernel::Auto) {
     kernel = Token128QuantKernel::Items4;
     if (const char* e = std::getenv("TURBODIFF_QUANT_TOKEN128_KERNEL"))  // read per call: A/B in benchmarks
-      if (std::strcmp(e, "items8") == 0) kernel = Token128QuantKernel::Items8Idx32;
+      kernel = std::strcmp(e, "items8") == 0     ? Token128QuantKernel::Items8Idx32
+               : std::strcmp(e, "items4_32") == 0 ? Token128QuantKernel::Items4Idx32
+                                                  : Token128QuantKernel::Items4;
   }
   // The 32-bit decode needs every item index (and the grid's half-warp
   // count) below 2^31; otherwise the default kernel runs.
-  if (kernel == Token128QuantKernel::Items8Idx32 && rows * groups >= int64_t(0x7fffffff) - 8 * 16 * int64_t(kThreads))
+  if (kernel != Token128QuantKernel::Items4 && rows * groups >= int64_t(0x7fffffff) - 8 * 16 * int64_t(kThreads))
     kernel = Token128QuantKernel::Items4;
   const bool wide = kernel == Token128QuantKernel::Items8Idx32;
   const int64_t items_per_block = int64_t(kThreads / 16) * (wide ? 8 : kItemsPerHalfWarp);
@@ -113,6 +118,15 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
             static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
       else
         quantize_token128_kernel<T, false, 8, true><<<unsigned(blocks), kThreads, 0, s>>>(
+            static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
+      return launch_status();
+    }
+    if (kernel == Token128QuantKernel::Items4Idx32) {
+      if (vec)
+        quantize_token128_kernel<T, true, 4, true><<<unsigned(blocks), kThreads, 0, s>>>(
+            static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
+      else
+        quantize_token128_kernel<T, false, 4, true><<<unsigned(blocks), kThreads, 0, s>>>(
             static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
       return launch_status();
     }
