@@ -98,13 +98,33 @@ if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
   rm -f "$OUT/cpu_tests.log"
 fi
 
-for b in "$BUNDLE"/bench/bench_*; do
+# DEADLINE (epoch seconds, optional): benches and scripts that would start
+# later than 20 s before it are skipped, and each one's limit ends at it.
+# BENCHES (optional): bench binaries to run, in this order (default: all);
+# BENCH_ARGS_<binary> (optional): its arguments.
+limit() {
+  local l=300
+  if [ -n "${DEADLINE:-}" ]; then
+    local r=$(( DEADLINE - $(date +%s) ))
+    [ "$r" -lt "$l" ] && l=$r
+  fi
+  echo "$l"
+}
+bench_list=""
+if [ -n "${BENCHES:-}" ]; then
+  for n in $BENCHES; do bench_list="$bench_list $BUNDLE/bench/$n"; done
+else
+  bench_list=$(ls "$BUNDLE"/bench/bench_* 2>/dev/null)
+fi
+for b in $bench_list; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   echo "$name" | grep -Eq "$FILTER" || continue
+  if [ "$(limit)" -le 20 ]; then SUMMARY+=("$name: skipped (deadline)"); continue; fi
   section "$name"
   start=$(date +%s)
-  timeout 300 "$b" > "$OUT/$name.out" 2>> "$LOG"
+  args_var="BENCH_ARGS_$name"  # e.g. BENCH_ARGS_bench_attention="wan --no-flash"
+  timeout "$(limit)" "$b" ${!args_var:-} > "$OUT/$name.out" 2>> "$LOG"
   rc=$?
   cat "$OUT/$name.out" >> "$LOG"
   add_result "$name" "$OUT/$name.out"
@@ -116,9 +136,10 @@ for py in bench/torch_*.py; do
   [ -f "$py" ] || continue
   name=$(basename "$py" .py)
   echo "$name" | grep -Eq "$FILTER" || continue
+  if [ "$(limit)" -le 20 ]; then SUMMARY+=("$name: skipped (deadline)"); continue; fi
   section "$name"
   start=$(date +%s)
-  timeout 300 python3 "$py" > "$OUT/$name.out" 2>> "$LOG"
+  timeout "$(limit)" python3 "$py" > "$OUT/$name.out" 2>> "$LOG"
   rc=$?
   cat "$OUT/$name.out" >> "$LOG"
   add_result "$name" "$OUT/$name.out"

@@ -141,6 +141,15 @@ int run_generate(GenerateOptions& g) {
     std::string seeds_json = "[";
     for (size_t i = 0; i < seeds.size(); ++i) seeds_json += (i ? ", " : "") + seeds[i];
     seeds_json += "]";
+    // Per DiT batch / per sample: the first includes loading and one-time set-up.
+    const auto numbers = [](const std::vector<double>& v) {
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+      return out + "]";
+    };
+    const std::string each_json = "{\"diffusion_per_batch\": " + numbers(r.batch_diffusion_s) +
+                                  ", \"vae_per_sample\": " + numbers(r.sample_vae_s) +
+                                  ", \"encode_per_sample\": " + numbers(r.sample_encode_s) + "}";
     std::printf(
         "{\"mode\": \"%s\", \"output\": \"%s\", \"outputs\": %s, \"frames\": %lld, \"width\": %lld, "
         "\"height\": %lld, \"fps\": %d, \"seed\": %llu, \"seeds\": %s, \"num_samples\": %lld, \"sample_batch\": %lld, "
@@ -148,7 +157,7 @@ int run_generate(GenerateOptions& g) {
         "\"dtype\": \"%s\", \"attention\": \"%s\", \"offload\": \"%s\", \"residency\": %s, "
         "\"prompt_tokens\": %lld, \"latent\": \"%s\", \"image\": \"%s\", \"image_size\": [%lld, %lld], "
         "\"dit\": \"%s\", \"low_noise_dit\": \"%s\", \"timings_s\": {\"text\": %.4f, \"image\": %.4f, "
-        "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, "
+        "\"diffusion\": %.4f, \"vae\": %.4f, \"encode\": %.4f, \"total\": %.4f}, \"timings_each_s\": %s, "
         "\"vae_device\": \"%s\", \"decoder\": \"%s\", \"peak_gpu_bytes_by_stage\": {\"text\": %zu, \"image\": %zu, \"diffusion\": %zu, "
         "\"vae\": %zu}, "
         "\"peak_gpu_bytes\": %zu}\n",
@@ -161,7 +170,7 @@ int run_generate(GenerateOptions& g) {
         (long long)r.prompt_tokens, shape_str(r.latent_shape).c_str(), json_escape(o.image).c_str(),
         (long long)r.image_width, (long long)r.image_height, json_escape(r.dit_description).c_str(),
         json_escape(r.low_noise_dit_description).c_str(), r.text_s, r.image_s, r.diffusion_s, r.vae_s, r.encode_s,
-        r.total_s, o.vae_device.value_or(o.device).str().c_str(), o.taehv.empty() ? "wan-vae" : "taehv",
+        r.total_s, each_json.c_str(), o.vae_device.value_or(o.device).str().c_str(), o.taehv.empty() ? "wan-vae" : "taehv",
         r.peak_text_bytes, r.peak_image_bytes,
         r.peak_diffusion_bytes, r.peak_vae_bytes, r.peak_gpu_bytes);
   } else if (!g.quiet) {

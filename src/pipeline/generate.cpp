@@ -635,7 +635,8 @@ GenerateResult run_generate(const GenerateOptions& o) {
       if (cuda) cuda::synchronize(o.device.index);
       bar.finish();
       r.peak_diffusion_bytes = std::max(r.peak_diffusion_bytes, peak.stop());
-      r.diffusion_s += seconds_since(t0);
+      r.batch_diffusion_s.push_back(seconds_since(t0));
+      r.diffusion_s += r.batch_diffusion_s.back();
     }
 
     // VAE decode on the VAE's device (CUDA: channels-last BF16 with cuDNN
@@ -655,7 +656,8 @@ GenerateResult run_generate(const GenerateOptions& o) {
         if (cuda) cuda::synchronize(o.device.index);
         bar.finish();
         r.peak_vae_bytes = std::max(r.peak_vae_bytes, peak.stop());
-        r.vae_s += seconds_since(t0);
+        r.sample_vae_s.push_back(seconds_since(t0));
+        r.vae_s += r.sample_vae_s.back();
       }
       TD_CHECK(video.shape()[1] == o.num_frames && video.shape()[2] == height && video.shape()[3] == width, Shape,
                "the VAE ", o.vae, " decoded ", shape_str(video.shape()), ", expected [3, ", o.num_frames, ", ",
@@ -664,7 +666,8 @@ GenerateResult run_generate(const GenerateOptions& o) {
       ProgressBar bar("encode", o.num_frames, "frames");
       io::write_video(r.outputs[size_t(k)], video, o.fps, [&bar](int64_t) { bar.advance(); });
       bar.finish();
-      r.encode_s += seconds_since(t0);
+      r.sample_encode_s.push_back(seconds_since(t0));
+      r.encode_s += r.sample_encode_s.back();
     }
   }
   r.vae_s += vae_load_s;

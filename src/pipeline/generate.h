@@ -108,6 +108,9 @@ struct GenerateResult {
   std::vector<std::string> residency;  // what happened before each stage (describe_plan lines)
   // Seconds, load included in each stage; diffusion / vae / encode summed over samples.
   double text_s = 0, image_s = 0, diffusion_s = 0, vae_s = 0, encode_s = 0, total_s = 0;
+  // Per DiT batch (diffusion) and per sample (vae, encode): the first includes
+  // loading and one-time set-up (cuDNN plans), the later ones show the warm cost.
+  std::vector<double> batch_diffusion_s, sample_vae_s, sample_encode_s;
   size_t peak_gpu_bytes = 0;      // 0 on the CPU
   size_t peak_text_bytes = 0, peak_image_bytes = 0, peak_diffusion_bytes = 0, peak_vae_bytes = 0;  // per stage
   std::string dit_description, low_noise_dit_description, vae_description, text_encoder_description;
