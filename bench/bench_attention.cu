@@ -16,8 +16,8 @@
 // The sm_90a variants are timed side by side in the same process:
 // sage_sm90 (default dense schedule, overlap), sage_sm90_plain,
 // sage_sm90_pingpong, sage_sm90_fastcvt, sage_sm90_pingpong_fastcvt,
-// sage_sm90_fastcvt_poly; sparse
-// 2-stage (default), *_stages3 and *_stages3_fastcvt.
+// sage_sm90_fastcvt_poly, sage_sm90_pingpong_fastcvt_poly; sparse 2-stage
+// (default), *_stages3, *_stages3_fastcvt and *_stages3_fastcvt_poly.
 //   bench_attention [name-filter-substring] [--no-flash] [--no-sparse]
 #include <cuda_bf16.h>
 #if TURBODIFF_HAVE_CUDNN
@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
       if (sm90 && st == Status::Ok) {
         // The sm_90a dense kernel's other variants (TURBODIFF_SAGE_SM90_DENSE;
         // "sage_sm90" above is the default, overlap), same process, same inputs.
-        for (const char* variant : {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly"}) {
+        for (const char* variant :
+             {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly", "pingpong_fastcvt_poly"}) {
           setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
           const std::string vkey = std::string("sage_sm90_") + variant;
           run(0);
@@ -267,7 +268,7 @@ int main(int argc, char** argv) {
           };
           // sm_90a: the default 2-stage pipes, then the other variants
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>, key suffix _<variant>).
-          for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt"}
+          for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly"}
                                           : std::vector<const char*>{""}) {
             const bool deep = variant[0] != 0;
             if (deep) setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);

@@ -80,15 +80,17 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // sm_90a kernel variants (chosen per call from the environment, for A/B runs;
 // the defaults are the measured-best ones):
 //   TURBODIFF_SAGE_SM90_DENSE = overlap (default) | plain | pingpong | fastcvt
-//     | pingpong_fastcvt | fastcvt_poly  (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
+//     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly
+//     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
 //   TURBODIFF_SAGE_SM90_SPARSE = stages2 (default) | stages3 | stages3_fastcvt
+//     | stages3_fastcvt_poly
 //     (stages per consumer pipe)
 // pingpong: the two consumer warpgroups take turns on the tensor cores (named
 // barriers); fastcvt: INT32 scores to float by an integer add of 1.5·2^23's
 // bits instead of I2F; _poly: and half of the exp2 by a cubic on the FMA pipe
 // (see sage_attention_sm90.cu).
-enum class Sm90Dense { Overlap, Plain, PingPong, FastCvt, PingPongFastCvt, FastCvtPoly };
-enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt };
+enum class Sm90Dense { Overlap, Plain, PingPong, FastCvt, PingPongFastCvt, FastCvtPoly, PingPongFastCvtPoly };
+enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly };
 struct Sm90Variant {
   Sm90Dense dense = Sm90Dense::Overlap;
   Sm90Sparse sparse = Sm90Sparse::Stages2;

@@ -554,11 +554,13 @@ Sm90Variant sm90_variant_from_env() {
     else if (s == "fastcvt") v.dense = Sm90Dense::FastCvt;
     else if (s == "pingpong_fastcvt") v.dense = Sm90Dense::PingPongFastCvt;
     else if (s == "fastcvt_poly") v.dense = Sm90Dense::FastCvtPoly;
+    else if (s == "pingpong_fastcvt_poly") v.dense = Sm90Dense::PingPongFastCvtPoly;
   }
   if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
     const std::string s(e);
     if (s == "stages3") v.sparse = Sm90Sparse::Stages3;
     else if (s == "stages3_fastcvt") v.sparse = Sm90Sparse::Stages3FastCvt;
+    else if (s == "stages3_fastcvt_poly") v.sparse = Sm90Sparse::Stages3FastCvtPoly;
     else if (s == "stages2") v.sparse = Sm90Sparse::Stages2;
   }
   return v;
@@ -570,6 +572,7 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
     switch (v.sparse) {
       case Sm90Sparse::Stages3: return launch<D, 2, 3, kSchedPlain>(ap, p, stream);
       case Sm90Sparse::Stages3FastCvt: return launch<D, 2, 3, kSchedPlain, true>(ap, p, stream);
+      case Sm90Sparse::Stages3FastCvtPoly: return launch<D, 2, 3, kSchedPlain, true, true>(ap, p, stream);
       case Sm90Sparse::Stages2: break;
     }
     return launch<D, 2, 2, kSchedPlain>(ap, p, stream);
@@ -580,6 +583,7 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
     case Sm90Dense::FastCvt: return launch<D, 1, 4, kSchedOverlap, true>(ap, p, stream);
     case Sm90Dense::PingPongFastCvt: return launch<D, 1, 4, kSchedPingPong, true>(ap, p, stream);
     case Sm90Dense::FastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true>(ap, p, stream);
+    case Sm90Dense::PingPongFastCvtPoly: return launch<D, 1, 4, kSchedPingPong, true, true>(ap, p, stream);
     case Sm90Dense::Overlap: break;
   }
   return launch<D, 1, 4, kSchedOverlap>(ap, p, stream);
