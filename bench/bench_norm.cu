@@ -102,7 +102,12 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   });
   record("adaln_modulate", 4 * E, [&](int i) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                            rows, dim, eps, stream);
+                                            rows, dim, eps, stream, td::kernels::AdaLnRows::One);
+  });
+  // The AdaLnRows::Two variant, side by side with the default above.
+  record("adaln_modulate_rows2", 4 * E, [&](int i) {
+    return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
+                                            rows, dim, eps, stream, td::kernels::AdaLnRows::Two);
   });
   // x += gate * y; out = LN(x) * (1 + scale) + shift (the FFN -> next block's norm1 step)
   auto rgn = [&](int i, bool f32_residual) {

@@ -123,6 +123,9 @@ void check_layer(ElemType xt, ElemType yt, int64_t rows, int64_t dim, AffinePara
   expect_matches_cpu(out, ref, label("layer_norm", xt, yt, rows, dim, l.in_place ? " in place" : ""));
 }
 
+// The adaln_modulate kernel variant check_adaln runs (the Two-rows tests set it).
+AdaLnRows g_adaln_rows = AdaLnRows::One;
+
 void check_adaln(ElemType xt, ElemType yt, int64_t rows, int64_t dim, int64_t rows_per_batch, Layout l = {}) {
   if (l.in_place) yt = xt, l.y_pad = l.x_pad;
   const int64_t xs = dim + l.x_pad, ys = dim + l.y_pad;
@@ -140,7 +143,7 @@ void check_adaln(ElemType xt, ElemType yt, int64_t rows, int64_t dim, int64_t ro
   DeviceBuffer dy(out);
   const DeviceBuffer& dst = l.in_place ? dx : dy;
   ASSERT_EQ(adaln_modulate_cuda(dx.at(x), xt, xs, dst.at(out), yt, ys, de0.f32() + dim, de0.f32(),
-                                6 * dim, rows_per_batch, rows, dim, kEps, nullptr),
+                                6 * dim, rows_per_batch, rows, dim, kEps, nullptr, g_adaln_rows),
             Status::Ok);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   dst.download(out);
@@ -325,6 +328,25 @@ TEST(AdaLnModulateGpu, WanShapes) {
   check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
   check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);  // CFG batch of 2
   check_adaln(ElemType::F32, ElemType::BF16, 3001, 5120, 1501);
+}
+
+// AdaLnRows::Two: the same cases (odd row counts, samples changing between
+// a thread's two rows, per-token modulation, in place, misaligned -> default).
+TEST(AdaLnModulateGpu, TwoRowsVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_adaln_rows = AdaLnRows::Two;
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});
+  for (ElemType t : kActTypes) {
+    check_adaln(t, t, 333, 5120, 111, {.in_place = true});
+    check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
+  }
+  check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
+  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
+  g_adaln_rows = AdaLnRows::One;
 }
 
 // ---- residual_gate_norm -----------------------------------------------------------------------

@@ -20,11 +20,21 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
                           const float* scale, const float* shift, int64_t mod_stride, int64_t rows_per_batch,
                           int64_t rows, int64_t dim, float eps);
 
+// CUDA kernel variants (same arithmetic):
+//   One   the row engine's kernel, one row per thread group (the default);
+//   Two   each thread holds the same chunks of 2 consecutive rows and reads
+//         their fp32 scale/shift once (vector path; rows that would not fit
+//         in 64 registers per thread take One). Candidate for issue 3's
+//         bandwidth bar: flip Auto once measured faster on the H200.
+//   Auto  TURBODIFF_ADALN_ROWS=2 if set, else One.
+enum class AdaLnRows { Auto, One, Two };
+
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
                            void* y, ElemType y_type, int64_t y_stride,
                            const float* scale, const float* shift, int64_t mod_stride, int64_t rows_per_batch,
-                           int64_t rows, int64_t dim, float eps, void* stream);
+                           int64_t rows, int64_t dim, float eps, void* stream,
+                           AdaLnRows rows_per_thread = AdaLnRows::Auto);
 #endif
 
 Status adaln_modulate_check(const void* x, ElemType x_type, int64_t x_stride,
