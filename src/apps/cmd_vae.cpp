@@ -144,7 +144,9 @@ void register_vae(CLI::App& app, Commands& cmds) {
         decode ? "decode" : "encode",
         decode ? "latent [B, 16, T, H, W] (normalised) -> video [B, 3, 4(T-1)+1, 8H, 8W] in [-1, 1]"
                : "video [B, 3, 4k+1, H, W] in [-1, 1] -> latent [B, 16, k+1, H/8, W/8] ((mu - mean) / std)");
-    sub->add_option("--vae", o->vae, "VAE checkpoint: Wan2.1_VAE.pth (original names) or diffusers AutoencoderKLWan")
+    sub->add_option("--vae", o->vae,
+                    "VAE checkpoint: Wan2.1_VAE.pth (original names) or diffusers AutoencoderKLWan; with --decoder "
+                    "taehv the TAEHV checkpoint (taew2_1.pth or .safetensors)")
         ->required();
     sub->add_option("--inputs", o->inputs,
                     decode ? "safetensors with tensor 'latent'" : "safetensors with tensor 'video'")

@@ -188,7 +188,9 @@ TEST(Taehv, DetectedByInfo) {
 }
 
 TEST(TaehvCli, VaeDecode) {
-  const std::string dir = test::temp_dir();
+  // Its own folder: test::temp_dir() is shared by every test of the process.
+  const std::string dir = test::temp_dir() + "/taehv_vae_decode";
+  fs::create_directories(dir);
   auto io = read_io();
   io::write_safetensors(dir + "/latent.safetensors", {{"latent", io["latent"]}});
   auto r = test::run_cli("vae decode --decoder taehv --vae " + fixture(kPth) + " --inputs " + dir +

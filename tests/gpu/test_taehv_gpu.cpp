@@ -130,7 +130,8 @@ TEST(TaehvGpu, RealWidthDecoderMatchesCpu) {
 
 TEST(TaehvGpu, CliDecodeOnCuda) {
   TD_REQUIRE_GPU();
-  const std::string dir = test::temp_dir();
+  const std::string dir = test::temp_dir() + "/taehv_gpu_cli";  // temp_dir() is shared by the process's tests
+  fs::create_directories(dir);
   const io::TensorFile io_file = io::read_safetensors(fixture("decode_io.safetensors"));
   io::write_safetensors(dir + "/latent.safetensors", {{"latent", io_file.find("latent")->clone()}});
   const auto r = test::run_cli("vae decode --decoder taehv --device cuda --vae " + fixture("taew2_1_tiny.safetensors") +
