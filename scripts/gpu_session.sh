@@ -68,7 +68,7 @@ lane_a() {  # $1: seconds
   CUDA_VISIBLE_DEVICES=${LANE_A_GPU:-0} generate_real_size $(( DEADLINE_A - $(date +%s) ))
 }
 lane_b() {
-  CUDA_VISIBLE_DEVICES=${LANE_B_GPU:-1} OUT="$W/check" SKIP_CPU_TESTS=1 DEADLINE=$DEADLINE_B \
+  CUDA_VISIBLE_DEVICES=${LANE_B_GPU:-1} OUT="$W/check" SKIP_CPU_TESTS=1 DEADLINE=$DEADLINE_B GPU_TEST_JOBS=${GPU_TEST_JOBS:-6} \
     scripts/gpu_check.sh "$BUNDLE" "${BENCH_FILTER:-.}" > "$W/check/stdout.txt" 2>&1
 }
 
