@@ -62,7 +62,7 @@ generate_real_size() {  # $1: seconds for this part
 }
 
 lane_a() {  # $1: seconds
-  local budget=$1 gen=110
+  local budget=$1 gen=${GENERATE_BUDGET_S:-140}
   CUDA_VISIBLE_DEVICES=${LANE_A_GPU:-0} OUT="$W/e2e" E2E_SKIP_TESTS=1 E2E_BUDGET_S=$(( budget - gen )) \
     scripts/e2e_gpu.sh "$BUNDLE" > "$W/e2e/stdout.txt" 2>&1
   CUDA_VISIBLE_DEVICES=${LANE_A_GPU:-0} generate_real_size $(( DEADLINE_A - $(date +%s) ))
