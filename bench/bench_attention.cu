@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
           int32_t* lut_dev = nullptr;
           TD_BENCH_CUDA(cudaMalloc(&lut_dev, lut.size() * 4));
           TD_BENCH_CUDA(cudaMemcpy(lut_dev, lut.data(), lut.size() * 4, cudaMemcpyHostToDevice));
+          TD_BENCH_CUDA(cudaDeviceSynchronize());  // pageable H2D may return before its DMA lands
           const td::kernels::SageSparse sp{lut_dev, n_sel, bq, bk};
           Status sst = Status::Ok;
           auto run_sp = [&](int) {

@@ -87,6 +87,7 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
   check(rope_tables_cpu(s.head_dim, s.frames, s.height, s.width, 10000.0, tables_host.data()), "rope_tables_cpu");
   auto* tables = static_cast<float*>(dev_alloc(tables_host.size() * 4));
   TD_BENCH_CUDA(cudaMemcpy(tables, tables_host.data(), tables_host.size() * 4, cudaMemcpyHostToDevice));
+  TD_BENCH_CUDA(cudaDeviceSynchronize());  // pageable H2D may return before its DMA lands
   TD_BENCH_CUDA(cudaStreamSynchronize(stream));
 
   const double copy_gbps = td::bench::copy_bandwidth_gbps(x_bytes, stream);

@@ -36,6 +36,7 @@ left() { echo $(( DEADLINE - $(date +%s) )); }
 
 generate_real_size() {  # $1: seconds for this part
   local log="$W/generate/generate_log.txt" end=$(( $(date +%s) + $1 ))
+  if [ "$1" -lt 30 ]; then echo "generate: skipped ($1 s left)" > "$log"; return; fi
   local td="$(pwd)/$BUNDLE/turbodiff"
   export LD_LIBRARY_PATH="$(cd "$BUNDLE/lib" 2>/dev/null && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== random models (at $(( $(date +%s) - START ))s)" >> "$log"

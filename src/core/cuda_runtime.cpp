@@ -171,9 +171,15 @@ void memset_zero(void* p, size_t nbytes, int device) {
 }
 
 void memcpy_sync(void* dst, const void* src, size_t nbytes, bool to_device) {
+  // Ordered on the per-thread stream and waited for there: a plain cudaMemcpy
+  // from pageable memory may return before its DMA has landed, and kernels on
+  // a non-blocking stream do not wait for it (on the H200, under load, a test
+  // kernel ran before its poisoned output buffer was uploaded and the poison
+  // then overwrote its result).
+  check(cudaMemcpyAsync(dst, src, nbytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                        cudaStreamPerThread),
+        "cudaMemcpyAsync");
   check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-  check(cudaMemcpy(dst, src, nbytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
-        "cudaMemcpy");
 }
 
 void memcpy_d2d(void* dst, const void* src, size_t nbytes, int device) {

@@ -24,12 +24,12 @@ struct SlaOptions {
   kernels::SlaFeatureMap feature_map = kernels::SlaFeatureMap::Softmax;
   std::optional<float> scale;  // default 1/sqrt(head_dim)
   // CUDA block selection's top-k: bitonic sort or radix select (the same LUT);
-  // Auto: TD_SLA_TOPK=radix selects the radix select, else the bitonic sort.
+  // Auto: the radix select (measured faster), TD_SLA_TOPK=bitonic the sort.
   kernels::SlaTopkAlgo topk_algo = kernels::SlaTopkAlgo::Auto;
   // sagesla on CUDA with proj_l: the linear branch's K/V half (φ(K)ᵀV, Σφ(K),
   // proj_l folded in) on a second stream, forked before block selection and
-  // joined before its Q half adds onto o (the same bits). Unset: TD_SLA_OVERLAP=1
-  // turns it on, else off.
+  // joined before its Q half adds onto o (the same bits). Unset: on (measured
+  // faster), TD_SLA_OVERLAP=0 turns it off.
   std::optional<bool> overlap_linear;
 };
 

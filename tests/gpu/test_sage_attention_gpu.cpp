@@ -331,7 +331,12 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     TD_EXPECT_CLOSE(vs_sim, kSimMaxRelL2, kSimMinCosine);
     const auto [sim_lse_err, sim_lse_bad] = lse_err(g.lse, sim_lse);
     EXPECT_EQ(sim_lse_bad, 0u) << "LSE entries left NaN";
-    EXPECT_LE(sim_lse_err, kSimMaxLseAbs);
+    // The fastcvt variants fold the 1.5 * 2^23 conversion offset into the row
+    // max, and the fp32 LSE then loses ~1e-3 to cancellation (H200, 2026-11-30:
+    // 2.3e-3 to 2.7e-3 against the simulation on the structured cases, with the
+    // same error against exact attention as the default kernel): their bar is 4e-3.
+    const bool offset_in_max = run.label().find("fastcvt") != std::string::npos;
+    EXPECT_LE(sim_lse_err, offset_in_max ? 2 * kSimMaxLseAbs : kSimMaxLseAbs);
 
     const test::Accuracy vs_exact = test::compare(g.o, exact);
     EXPECT_GE(vs_exact.cosine, kMinCosine) << vs_exact.str();

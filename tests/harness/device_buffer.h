@@ -14,7 +14,10 @@ class DeviceBuffer {
  public:
   explicit DeviceBuffer(const void* host, size_t bytes) : bytes_(std::max<size_t>(bytes, 16)) {
     EXPECT_EQ(cudaMalloc(&ptr_, bytes_), cudaSuccess);
+    // cudaMemcpy from pageable memory may return before the DMA lands; kernels
+    // on non-blocking streams would not wait for it: wait here.
     if (host && bytes) EXPECT_EQ(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    if (host && bytes) EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   explicit DeviceBuffer(const Rows& r) : DeviceBuffer(r.bytes.data(), r.bytes.size()) {}
   explicit DeviceBuffer(const std::vector<float>& v) : DeviceBuffer(v.data(), v.size() * 4) {}

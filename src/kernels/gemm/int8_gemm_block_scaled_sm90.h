@@ -19,7 +19,8 @@ namespace td::kernels {
 //   PipelinedSmemEpi  Pipelined + the epilogue staged through shared memory
 //                (coalesced 16-byte stores and residual loads)
 // Default = the environment variable TURBODIFF_GEMM_SM90_BLOCK_KERNEL
-// (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi, read once per process), else Baseline.
+// (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi, read once per process), else
+// PipelinedCvt (measured fastest on the Wan shapes, H200 2026-11-30).
 // The two-argument overload above runs Default.
 enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4,
                                         PipelinedSmemEpi = 5 };
