@@ -166,7 +166,7 @@ int run_generate(GenerateOptions& g) {
         (long long)o.num_samples, (long long)(o.sample_batch == 0 ? o.num_samples : std::min(o.sample_batch, o.num_samples)),
         g.sampler.c_str(), g.sampler == "rcm" ? o.num_steps : o.steps,
         json_strings(r.step_experts).c_str(), o.boundary, o.device.str().c_str(), dtype_name(o.dtype),
-        g.attention.c_str(), pipeline::offload_policy_name(r.offload), json_strings(r.residency).c_str(),
+        (r.attention.empty() ? g.attention : r.attention).c_str(), pipeline::offload_policy_name(r.offload), json_strings(r.residency).c_str(),
         (long long)r.prompt_tokens, shape_str(r.latent_shape).c_str(), json_escape(o.image).c_str(),
         (long long)r.image_width, (long long)r.image_height, json_escape(r.dit_description).c_str(),
         json_escape(r.low_noise_dit_description).c_str(), r.text_s, r.image_s, r.diffusion_s, r.vae_s, r.encode_s,

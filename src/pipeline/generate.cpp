@@ -464,6 +464,7 @@ GenerateResult run_generate(const GenerateOptions& o) {
       attention = choice.kind;
       log_once(LogLevel::Warn, cat("generate attention auto ", ck.detection.description), choice.reason);
     }
+    r.attention = nn::attention_kind_name(attention);
     return std::make_unique<models::wan::WanDiT>(std::move(ck), attention, o.sla_topk, o.default_norm);
   };
   auto describe = [&](Component c, const models::wan::WanCheckpoint& ck) {

@@ -106,6 +106,7 @@ struct GenerateResult {
   std::vector<std::string> step_experts;  // per step: "dit", or "high" / "low"
   OffloadPolicy offload = OffloadPolicy::None;  // as resolved
   std::vector<std::string> residency;  // what happened before each stage (describe_plan lines)
+  std::string attention;              // the self-attention the DiT(s) ran (auto resolved)
   // Seconds, load included in each stage; diffusion / vae / encode summed over samples.
   double text_s = 0, image_s = 0, diffusion_s = 0, vae_s = 0, encode_s = 0, total_s = 0;
   // Per DiT batch (diffusion) and per sample (vae, encode): the first includes

@@ -372,6 +372,10 @@ TEST(GenerateCliSwitches, DefaultNormAndAttentionAuto) {
   auto r = test::run_cli(base + " --default-norm --attention auto -o " + dir + "_a/f_%04d.png");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "--attention auto: original")) << r.err;
+  // --json names the attention auto resolved to, not "auto".
+  r = test::run_cli(base + " --attention auto --json -o " + dir + "_a/g_%04d.png");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["attention"], "original") << r.out;
   r = test::run_cli(base + " --allow-zero-proj-l -o " + dir + "_b/f_%04d.png");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "--attention auto")) << r.err;
