@@ -93,7 +93,7 @@ int run_doctor(const DoctorOptions& o) {
     bool built = false;
     for (const auto& f : ops::kernel_families()) built |= f.name == "sagesla";
     failures.push_back(built ? "--require-sagesla: the SageSLA kernels did not pass their smoke test on any selected GPU"
-                             : "--require-sagesla: this build has no SageSLA kernels (not implemented yet: issue #6)");
+                             : "--require-sagesla: this build has no SageSLA kernels (built without CUDA)");
   }
   j["failures"] = failures;
   j["ok"] = failures.empty();

@@ -11,14 +11,8 @@
 #include "core/error.h"
 #include "ops/common.h"
 
-// The SageSLA sparse branch is the SageAttention-style kernel (ops/sage_attention.h);
-// builds without it run `sla` on CUDA and refuse `sagesla` there, naming what is missing.
-#if __has_include("ops/sage_attention.h")
+// The SageSLA sparse branch is the SageAttention-style kernel (ops/sage_attention.h).
 #include "ops/sage_attention.h"
-#define TD_SLA_HAVE_SAGE 1
-#else
-#define TD_SLA_HAVE_SAGE 0
-#endif
 
 namespace td::ops {
 namespace {
@@ -124,7 +118,6 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
           "sla");
     return o;
   }
-#if TD_SLA_HAVE_SAGE
   // SageSLA: the selection with the sage kernel's blocks, its block-sparse kernel, our linear branch.
   const int64_t n_sel = kernels::sla_selected_blocks(p.topk, p.key_blocks());
   Tensor lut = Tensor::empty({p.batch, p.heads, p.query_blocks(), n_sel}, DType::I32, q.device());
@@ -199,11 +192,6 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   }
   return o;
 #else
-  fail(ErrorKind::Unsupported, kOp, ": ", p.block_q, " x ", p.block_k,
-       " blocks on CUDA need the SageAttention-style sparse kernel (sagesla), which this build does not have "
-       "(kernels/sage_attention not implemented yet); `sla` (128 x 64, BF16) runs on CUDA; got ", ctx);
-#endif
-#else
   (void)k, (void)v, (void)proj_weight, (void)proj_bias, (void)options, (void)out_dtype;
   fail(ErrorKind::Unsupported, kOp, ": ", q.device().str(), " tensors in a build without CUDA");
 #endif
@@ -213,8 +201,8 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 
 bool sla_cuda_available(const SlaOptions& options) {
 #if TURBODIFF_HAVE_CUDA
-  if (options.block_q == 128 && options.block_k == 64) return true;
-  return TD_SLA_HAVE_SAGE != 0;
+  (void)options;  // sla (128 x 64) and sagesla (the sage kernel's blocks) both run
+  return true;
 #else
   (void)options;
   return false;
