@@ -13,21 +13,6 @@ namespace {
 constexpr const char* kOp = "attention";
 thread_local std::string t_last_backend;
 
-kernels::AttnStrides strides_of(const Tensor& t) {
-  // Logical [B, L, H, D] -> (batch, head, token) strides.
-  const auto& s = t.strides();
-  return {s[0], s[2], s[1]};
-}
-
-void check_operand(const Tensor& t, const char* what) {
-  TD_CHECK(t.defined() && t.dim() == 4, Shape, kOp, ": ", what, " must be 4-D [B, L, heads, head_dim], got ",
-           t.defined() ? t.desc() : std::string("undefined"));
-  TD_CHECK(t.size(3) == 1 || t.strides()[3] == 1, Shape, kOp, ": ", what, " ", t.desc(),
-           " must be contiguous along head_dim");
-  for (int64_t d = 0; d < 3; ++d)
-    TD_CHECK(t.strides()[size_t(d)] >= 0, Shape, kOp, ": ", what, " ", t.desc(), " has a negative stride");
-}
-
 }  // namespace
 
 const std::string& attention_last_backend() { return t_last_backend; }
@@ -35,9 +20,9 @@ const std::string& attention_last_backend() { return t_last_backend; }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<float> scale,
                  std::optional<DType> out_dtype) {
   check_same_device(kOp, {{"q", &q}, {"k", &k}, {"v", &v}});
-  check_operand(q, "q");
-  check_operand(k, "k");
-  check_operand(v, "v");
+  check_attention_operand(q, kOp, "q");
+  check_attention_operand(k, kOp, "k");
+  check_attention_operand(v, kOp, "v");
   TD_CHECK(k.shape() == v.shape(), Shape, kOp, ": k ", k.desc(), " and v ", v.desc(), " differ in shape");
   TD_CHECK(k.size(0) == q.size(0) && k.size(2) == q.size(2) && k.size(3) == q.size(3), Shape, kOp, ": q ", q.desc(),
            " and k ", k.desc(), " differ in batch, heads or head_dim");
@@ -53,9 +38,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optiona
   p.len_q = Lq;
   p.len_kv = Lk;
   p.head_dim = D;
-  p.q = strides_of(q);
-  p.k = strides_of(k);
-  p.v = strides_of(v);
+  p.q = attention_strides(q);
+  p.k = attention_strides(k);
+  p.v = attention_strides(v);
   p.o = kernels::attn_contiguous_strides(kernels::AttnLayout::BLHD, H, Lq, D);
   p.scale = scale.value_or(float(1.0 / std::sqrt(double(D))));
   p.qkv_type = elem_type(q.dtype(), kOp, "q");

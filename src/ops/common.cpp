@@ -63,4 +63,18 @@ void check_same_device(const char* op, std::initializer_list<std::pair<const cha
   }
 }
 
+void check_attention_operand(const Tensor& t, const char* op, const char* what) {
+  TD_CHECK(t.defined() && t.dim() == 4, Shape, op, ": ", what, " must be 4-D [B, L, heads, head_dim], got ",
+           t.defined() ? t.desc() : std::string("undefined"));
+  TD_CHECK(t.size(3) == 1 || t.strides()[3] == 1, Shape, op, ": ", what, " ", t.desc(),
+           " must be contiguous along head_dim");
+  for (int64_t d = 0; d < 3; ++d)
+    TD_CHECK(t.strides()[size_t(d)] >= 0, Shape, op, ": ", what, " ", t.desc(), " has a negative stride");
+}
+
+kernels::AttnStrides attention_strides(const Tensor& t) {
+  const auto& s = t.strides();
+  return {s[0], s[2], s[1]};  // logical [B, L, H, D] -> (batch, head, token)
+}
+
 }  // namespace td::ops

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/attention/attention.h"
 #include "kernels/status.h"
 
 namespace td::ops {
@@ -34,5 +35,11 @@ ModRows as_mod_rows(const Tensor& m, int64_t dim, const char* op, const char* wh
 
 // Same device for all defined tensors; names the op and the offending tensor.
 void check_same_device(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts);
+
+// Attention operands are [B, L, heads, head_dim] views (BLHD or BHLD memory):
+// 4-D, head_dim contiguous, no negative stride; errors name `op` and `what`.
+void check_attention_operand(const Tensor& t, const char* op, const char* what);
+// The (batch, head, token) strides the attention kernels take, of such a view.
+kernels::AttnStrides attention_strides(const Tensor& t);
 
 }  // namespace td::ops

@@ -46,20 +46,15 @@ void* aux_stream(int device) {
 }
 #endif
 
-kernels::AttnStrides strides_of(const Tensor& t) {
-  const auto& s = t.strides();
-  return {s[0], s[2], s[1]};
-}
-
 kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, const SlaOptions& options) {
   kernels::SlaProblem p;
   p.batch = q.size(0);
   p.heads = q.size(2);
   p.len = q.size(1);
   p.head_dim = q.size(3);
-  p.q = strides_of(q);
-  p.k = strides_of(k);
-  p.v = strides_of(v);
+  p.q = attention_strides(q);
+  p.k = attention_strides(k);
+  p.v = attention_strides(v);
   p.o = kernels::attn_contiguous_strides(kernels::AttnLayout::BLHD, p.heads, p.len, p.head_dim);
   p.scale = options.scale.value_or(float(1.0 / std::sqrt(double(p.head_dim))));
   p.block_q = options.block_q;
