@@ -88,6 +88,37 @@ using Cache = std::map<std::string, CacheEntry>;
 
 constexpr int64_t kCacheFrames = 2;
 
+// The decoder's and encoder's block order, shared by the channel-first
+// reference network (Net) and the channels-last one (ClNet): each supplies
+// causal_conv, middle, residual, upsample / downsample and head.
+template <typename Network>
+Tensor decoder_graph(const Network& n, Cache& cache, const WanVaeConfig& c, Tensor x) {
+  x = n.causal_conv(cache, "decoder.conv1", x);
+  x = n.middle(cache, "decoder.", x);
+  const size_t stages = c.dim_mult.size();
+  int idx = 0;
+  for (size_t i = 0; i < stages; ++i) {
+    for (int64_t r = 0; r <= c.num_res_blocks; ++r, ++idx) x = n.residual(cache, cat("decoder.upsamples.", idx, "."), x);
+    if (i + 1 != stages)
+      x = n.upsample(cache, cat("decoder.upsamples.", idx++, "."), x, c.temporal_downsample[stages - 2 - i]);
+  }
+  return n.head(cache, "decoder.", x);
+}
+
+template <typename Network>
+Tensor encoder_graph(const Network& n, Cache& cache, const WanVaeConfig& c, Tensor x) {
+  x = n.causal_conv(cache, "encoder.conv1", x);
+  const size_t stages = c.dim_mult.size();
+  int idx = 0;
+  for (size_t i = 0; i < stages; ++i) {
+    for (int64_t r = 0; r < c.num_res_blocks; ++r, ++idx)
+      x = n.residual(cache, cat("encoder.downsamples.", idx, "."), x);
+    if (i + 1 != stages) x = n.downsample(cache, cat("encoder.downsamples.", idx++, "."), x, c.temporal_downsample[i]);
+  }
+  x = n.middle(cache, "encoder.", x);
+  return n.head(cache, "encoder.", x);
+}
+
 class Net {
  public:
   explicit Net(const std::map<std::string, Tensor>& w) : w_(w) {}
@@ -225,31 +256,8 @@ class Net {
     return y;
   }
 
-  Tensor decoder(Cache& cache, const WanVaeConfig& c, Tensor x) const {
-    x = causal_conv(cache, "decoder.conv1", x);
-    x = middle(cache, "decoder.", x);
-    const size_t stages = c.dim_mult.size();
-    int idx = 0;
-    for (size_t i = 0; i < stages; ++i) {
-      for (int64_t r = 0; r <= c.num_res_blocks; ++r, ++idx) x = residual(cache, cat("decoder.upsamples.", idx, "."), x);
-      if (i + 1 != stages)
-        x = upsample(cache, cat("decoder.upsamples.", idx++, "."), x, c.temporal_downsample[stages - 2 - i]);
-    }
-    return head(cache, "decoder.", x);
-  }
-
-  Tensor encoder(Cache& cache, const WanVaeConfig& c, Tensor x) const {
-    x = causal_conv(cache, "encoder.conv1", x);
-    const size_t stages = c.dim_mult.size();
-    int idx = 0;
-    for (size_t i = 0; i < stages; ++i) {
-      for (int64_t r = 0; r < c.num_res_blocks; ++r, ++idx)
-        x = residual(cache, cat("encoder.downsamples.", idx, "."), x);
-      if (i + 1 != stages) x = downsample(cache, cat("encoder.downsamples.", idx++, "."), x, c.temporal_downsample[i]);
-    }
-    x = middle(cache, "encoder.", x);
-    return head(cache, "encoder.", x);
-  }
+  Tensor decoder(Cache& cache, const WanVaeConfig& c, Tensor x) const { return decoder_graph(*this, cache, c, x); }
+  Tensor encoder(Cache& cache, const WanVaeConfig& c, Tensor x) const { return encoder_graph(*this, cache, c, x); }
 
  private:
   const std::map<std::string, Tensor>& w_;
@@ -403,31 +411,8 @@ class ClNet {
     return y;
   }
 
-  Tensor decoder(Cache& cache, const WanVaeConfig& c, Tensor x) const {
-    x = causal_conv(cache, "decoder.conv1", x);
-    x = middle(cache, "decoder.", x);
-    const size_t stages = c.dim_mult.size();
-    int idx = 0;
-    for (size_t i = 0; i < stages; ++i) {
-      for (int64_t r = 0; r <= c.num_res_blocks; ++r, ++idx) x = residual(cache, cat("decoder.upsamples.", idx, "."), x);
-      if (i + 1 != stages)
-        x = upsample(cache, cat("decoder.upsamples.", idx++, "."), x, c.temporal_downsample[stages - 2 - i]);
-    }
-    return head(cache, "decoder.", x);
-  }
-
-  Tensor encoder(Cache& cache, const WanVaeConfig& c, Tensor x) const {
-    x = causal_conv(cache, "encoder.conv1", x);
-    const size_t stages = c.dim_mult.size();
-    int idx = 0;
-    for (size_t i = 0; i < stages; ++i) {
-      for (int64_t r = 0; r < c.num_res_blocks; ++r, ++idx)
-        x = residual(cache, cat("encoder.downsamples.", idx, "."), x);
-      if (i + 1 != stages) x = downsample(cache, cat("encoder.downsamples.", idx++, "."), x, c.temporal_downsample[i]);
-    }
-    x = middle(cache, "encoder.", x);
-    return head(cache, "encoder.", x);
-  }
+  Tensor decoder(Cache& cache, const WanVaeConfig& c, Tensor x) const { return decoder_graph(*this, cache, c, x); }
+  Tensor encoder(Cache& cache, const WanVaeConfig& c, Tensor x) const { return encoder_graph(*this, cache, c, x); }
 
  private:
   const std::map<std::string, Tensor>& w_;
