@@ -12,6 +12,19 @@
 // `sagesla_total_radix_overlap` with the linear branch's K/V half
 // (`sagesla_linear_prepare`) on a second stream beside selection and the
 // sparse kernel, its Q half (`sagesla_linear_apply`) after.
+// Issue 6's overhead variants, in the same run beside the keys above:
+//   `sla_select_tiled`, `sagesla_select_tiled`: selection with the Tiled score
+//     GEMM (SlaScoreKernel::Tiled, radix top-k; the same LUT as `*_select_radix`);
+//     `sla_total_tiled`: kernels::sla_cuda with it.
+//   SageSLA's fused path (SlaOptions::fused / TD_SLA_FUSED=1), stage by stage:
+//     `sagesla_prepass` (today's sage pre-pass alone: stats + quantize, no sums;
+//     `sagesla_sparse` - `sagesla_prepass` ~ the kernel alone),
+//     `sagesla_fused_prepare` (the same pre-pass writing the 64-token Q / smoothed-K
+//     block sums), `sagesla_fused_select` (Tiled score from those sums + radix top-k),
+//     `sagesla_fused_attend` (the sparse kernel alone on the prepared workspace),
+//     `sagesla_fused_total` (everything, linear K/V half on a second stream, as
+//     ops::sla fused with overlap: compare with `sagesla_total_radix_overlap`, the
+//     default), `sagesla_fused_total_serial` (the linear branch in line).
 // JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
 #include <cuda_runtime.h>
 
@@ -27,6 +40,7 @@
 #include "kernels/sla/sla.h"
 #if __has_include("ops/sage_attention.h")
 #include "kernels/sage_attention/sage_attention.h"
+#include "kernels/sage_attention/sage_prepass.h"
 #define BENCH_HAVE_SAGE 1
 #else
 #define BENCH_HAVE_SAGE 0
@@ -185,6 +199,16 @@ int main(int argc, char** argv) {
             td::kernels::sla_cuda(pr, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr, nullptr,
                                   ws, ws_bytes, stream);
           });
+        SlaProblem pt = pr;  // the Tiled score GEMM (+ radix top-k)
+        pt.score_kernel = td::kernels::SlaScoreKernel::Tiled;
+        if (check(td::kernels::sla_block_select_cuda(pt, q, k, nullptr, lut, ws, sel_bytes, stream), "sla_select_tiled")) {
+          record("sla_select_tiled",
+                 [&](int) { td::kernels::sla_block_select_cuda(pt, q, k, nullptr, lut, ws, sel_bytes, stream); });
+          record("sla_total_tiled", [&](int) {
+            td::kernels::sla_cuda(pt, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr, nullptr,
+                                  ws, ws_bytes, stream);
+          });
+        }
         cudaFree(ws);
         cudaFree(lut);
       }
@@ -263,6 +287,60 @@ int main(int argc, char** argv) {
           });
           record("sagesla_linear_apply",
                  [&](int) { td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream); });
+          SlaProblem pt = pr;  // the Tiled score GEMM (+ radix top-k)
+          pt.score_kernel = td::kernels::SlaScoreKernel::Tiled;
+          record("sagesla_select_tiled",
+                 [&](int) { td::kernels::sla_block_select_cuda(pt, q, k, nullptr, lut, sel_ws, sel_bytes, stream); });
+          // The fused path, stage by stage and whole (what ops::sla does with SlaOptions::fused).
+          {
+            const td::kernels::SageBackend be =
+                td::kernels::sage_attention_supports(ap, &sp, td::kernels::SageBackend::Sm90) == Status::Ok
+                    ? td::kernels::SageBackend::Sm90
+                    : td::kernels::SageBackend::Portable;
+            const int64_t nb = td::kernels::sage_sum64_blocks(s.len);
+            float* sums_buf;
+            TD_BENCH_CUDA(cudaMalloc(&sums_buf, size_t(2 * B * s.heads * nb * D) * 4));
+            td::kernels::SagePoolSums sums;
+            sums.q_sum64 = sums_buf;
+            sums.k_sum64 = sums_buf + B * s.heads * nb * D;
+            const td::kernels::SagePoolSums no_sums;
+            auto prepare = [&](const td::kernels::SagePoolSums& ps) {
+              return td::kernels::sage_prepare_cuda(ap, q, k, v, &sp, be, ps, sage_ws, sage_bytes, stream);
+            };
+            auto select = [&] {
+              return td::kernels::sla_block_select_from_sums_cuda(pr, sums.q_sum64, nb, sums.k_sum64, nb, nullptr, lut,
+                                                                  sel_ws, sel_bytes, stream);
+            };
+            auto attend = [&] {
+              return td::kernels::sage_attend_cuda(ap, o, nullptr, &sp, be, sage_ws, sage_bytes, stream);
+            };
+            if (check(prepare(no_sums), "sagesla_prepass")) record("sagesla_prepass", [&](int) { prepare(no_sums); });
+            if (check(prepare(sums), "sagesla_fused_prepare") && check(select(), "sagesla_fused_select") &&
+                check(attend(), "sagesla_fused_attend")) {
+              record("sagesla_fused_prepare", [&](int) { prepare(sums); });
+              record("sagesla_fused_select", [&](int) { select(); });
+              const double ams = record("sagesla_fused_attend", [&](int) { attend(); });
+              if (ams > 0) r["sagesla_fused_attend_dense_equiv_tflops"] = dense_flops / (ams * 1e-3) / 1e12;
+              record("sagesla_fused_total", [&](int) {
+                td::kernels::sla_stream_wait(aux, stream, fork_ev);
+                td::kernels::sla_linear_prepare_cuda(p, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
+                                                     lin_bytes, aux);
+                prepare(sums);
+                select();
+                attend();
+                td::kernels::sla_stream_wait(stream, aux, join_ev);
+                td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream);
+              });
+              record("sagesla_fused_total_serial", [&](int) {
+                prepare(sums);
+                select();
+                attend();
+                td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
+                                                 lin_bytes, stream);
+              });
+            }
+            cudaFree(sums_buf);
+          }
           cudaEventDestroy(fork_ev);
           cudaEventDestroy(join_ev);
           cudaStreamDestroy(aux);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,9 @@
 
 // The SageSLA sparse branch is the SageAttention-style kernel (ops/sage_attention.h).
 #include "ops/sage_attention.h"
+#if TURBODIFF_HAVE_CUDA
+#include "kernels/sage_attention/sage_prepass.h"
+#endif
 
 namespace td::ops {
 namespace {
@@ -62,8 +66,76 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   p.topk = options.topk;
   p.feature_map = options.feature_map;
   p.topk_algo = options.topk_algo;
+  p.score_kernel = options.score_kernel;
+  if (p.score_kernel == kernels::SlaScoreKernel::Auto && options.fused.value_or(false))
+    p.score_kernel = kernels::SlaScoreKernel::Tiled;
   return p;
 }
+
+#if TURBODIFF_HAVE_CUDA
+// SageSLA's fused pipeline (SlaOptions::fused), on the current stream:
+//   sage_prepare_cuda: K/V statistics, K mean and V scales, then the quantize
+//     pass, which also writes Σ q per 64 rows and Σ (k - km) per 64 keys;
+//   sla_block_select_from_sums_cuda: pooled scores from those sums (Tiled
+//     GEMM) and the top-k into `lut`;
+//   sage_attend_cuda: the block-sparse kernel on the quantized workspace.
+// Predicted at 1x12x32760 (H200, ~3.5 TB/s), against the default's selection
+// (pooling 57 us reading Q and K, K mean 10 us, score 75 us, top-k 26 us):
+// the quantize pass already reads Q and K (302 MB with V) and writes 150 MB,
+// ~130 us either way; the sums add 2 x 12 x 512 x 128 x 4 B = 6 MB of writes
+// (~2 us) and a shared-memory reduction per CTA; selection is then the Tiled
+// score (~10 us, 6 MB of sums read) + top-k (26 us): ~0.04 ms instead of
+// 0.18 ms. At 1x40x75600: pooling ~0.44 ms and score ~1.3 ms go, Tiled score
+// ~0.15 ms + top-k: ~0.35 ms instead of 2.0 ms.
+Tensor sagesla_fused(const kernels::SlaProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& lut,
+                     int64_t n_sel, const std::function<void(kernels::Status, const char*)>& check) {
+  void* stream = cuda::current_stream();
+  kernels::AttnProblem ap;
+  ap.batch = p.batch;
+  ap.heads = p.heads;
+  ap.len_q = ap.len_kv = p.len;
+  ap.head_dim = p.head_dim;
+  ap.q = p.q;
+  ap.k = p.k;
+  ap.v = p.v;
+  ap.o = p.o;
+  ap.scale = p.scale;
+  ap.qkv_type = ap.o_type = kernels::ElemType::BF16;
+  kernels::SageSparse sp;
+  sp.lut = lut.data<int32_t>();
+  sp.n_sel = n_sel;
+  sp.block_q = p.block_q;
+  sp.block_k = p.block_k;
+  // The backend ops::sage_attention's Auto would take: sm_90a where it takes the problem, else portable.
+  kernels::SageBackend be = kernels::SageBackend::Sm90;
+  if (kernels::sage_attention_supports(ap, &sp, be) != kernels::Status::Ok) be = kernels::SageBackend::Portable;
+  auto check_attn = [&](kernels::Status s, const char* what) {
+    if (s != kernels::Status::Ok) check_status(s, kOp, cat(q.desc(), ": ", what, ": ", kernels::attention_last_error()));
+  };
+  check_attn(kernels::sage_attention_supports(ap, &sp, be), "sage kernel");
+  const size_t sage_bytes = kernels::sage_attention_workspace_size(ap, be);
+  Tensor sage_ws = Tensor::empty({int64_t(sage_bytes)}, DType::U8, q.device());
+  const int64_t nb = kernels::sage_sum64_blocks(p.len), bh = p.batch * p.heads;
+  Tensor sums = Tensor::empty({2, bh, nb, p.head_dim}, DType::F32, q.device());
+  kernels::SagePoolSums ps;
+  ps.q_sum64 = sums.data<float>();
+  ps.k_sum64 = sums.data<float>() + bh * nb * p.head_dim;
+  check_attn(kernels::sage_prepare_cuda(ap, q.raw_data(), k.raw_data(), v.raw_data(), &sp, be, ps,
+                                        sage_ws.raw_data(), sage_bytes, stream),
+             "sage pre-pass with block sums");
+  {
+    const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
+    check(kernels::sla_block_select_from_sums_cuda(p, ps.q_sum64, nb, ps.k_sum64, nb, nullptr, lut.data<int32_t>(),
+                                                   ws.raw_data(), ws_bytes, stream),
+          "block selection from the sage block sums");
+  }
+  Tensor o = Tensor::empty({p.batch, p.len, p.heads, p.head_dim}, DType::BF16, q.device());
+  check_attn(kernels::sage_attend_cuda(ap, o.raw_data(), nullptr, &sp, be, sage_ws.raw_data(), sage_bytes, stream),
+             "sage block-sparse kernel");
+  return o;
+}
+#endif
 
 // CUDA tensors: BF16 in and out. `sla` (128 x 64 blocks): kernels::sla_cuda.
 // `sagesla` (any other block shape the sage kernel takes): block selection,
@@ -157,19 +229,31 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
       }
     }
   } guard{join_event.get(), join_aux};
-  {
-    const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
-    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
-    check(kernels::sla_block_select_cuda(p, q.raw_data(), k.raw_data(), nullptr, lut.data<int32_t>(), ws.raw_data(),
-                                         ws_bytes, stream),
-          "block selection");
+  bool fused = false;
+  if (options.fused) {
+    fused = *options.fused;
+  } else {
+    const char* env = std::getenv("TD_SLA_FUSED");
+    fused = env && std::string(env) == "1";
   }
-  SageAttentionOptions so;
-  so.scale = p.scale;
-  so.lut = lut;
-  so.block_q = p.block_q;
-  so.block_k = p.block_k;
-  Tensor o = sage_attention(q, k, v, so, DType::BF16);
+  Tensor o;
+  if (fused) {
+    o = sagesla_fused(p, q, k, v, lut, n_sel, check);
+  } else {
+    {
+      const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
+      Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, q.device());
+      check(kernels::sla_block_select_cuda(p, q.raw_data(), k.raw_data(), nullptr, lut.data<int32_t>(),
+                                           ws.raw_data(), ws_bytes, stream),
+            "block selection");
+    }
+    SageAttentionOptions so;
+    so.scale = p.scale;
+    so.lut = lut;
+    so.block_q = p.block_q;
+    so.block_k = p.block_k;
+    o = sage_attention(q, k, v, so, DType::BF16);
+  }
   TD_CHECK(o.is_contiguous() && o.shape() == Shape({p.batch, p.len, p.heads, D}), Internal, kOp,
            ": the sage kernel returned ", o.desc(), ", expected a contiguous [B, L, H, D]");
   if (overlap) {

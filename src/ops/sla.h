@@ -31,6 +31,20 @@ struct SlaOptions {
   // joined before its Q half adds onto o (the same bits). Unset: on (measured
   // faster), TD_SLA_OVERLAP=0 turns it off.
   std::optional<bool> overlap_linear;
+  // CUDA block selection's score GEMM: Simple (default) or Tiled (the same
+  // scores bit for bit, ~7x faster by FMA count); Auto: TD_SLA_SCORE=tiled or
+  // TD_SLA_FUSED=1 picks Tiled.
+  kernels::SlaScoreKernel score_kernel = kernels::SlaScoreKernel::Auto;
+  // sagesla on CUDA: the fused pipeline (variant beside the default, issue 6):
+  // the sage quantize pass also writes the 64-token block sums of Q and of
+  // smoothed K from the loads that quantize them, block selection pools from
+  // those (Tiled score GEMM, no pooling pass, the sage pass's K mean), then the
+  // sage attention kernel on the already-quantized workspace; the linear
+  // branch as without it (overlap_linear). Unset: TD_SLA_FUSED=1 turns it on.
+  // Its LUT can differ from the default's only at fp32 near-ties (other
+  // summation orders of the same pooled means). Also makes `sla` (128 x 64)
+  // use the Tiled score GEMM.
+  std::optional<bool> fused;
 };
 
 // q, k, v: [B, L, H, D] (any strides with head_dim contiguous; BLHD or BHLD

@@ -36,6 +36,8 @@
 #include "core/dtype.h"
 #include "harness/harness.h"
 #include "kernels/attention/attention.h"
+#include "kernels/sage_attention/sage_attention.h"
+#include "kernels/sage_attention/sage_prepass.h"
 #include "kernels/sla/sla.h"
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_random.h"
@@ -148,13 +150,21 @@ struct SelectCase {
   bool bhld;
 };
 
-void check_selection(const SelectCase& c, kernels::SlaTopkAlgo algo) {
+// A GPU selection (LUT and map) against the CPU reference's LUT, up to ties
+// (see the file comment for the bar).
+void expect_selection_matches_reference(const Inputs& in, const SlaProblem& pd, const SlaProblem& ph,
+                                        const std::vector<int32_t>& glut, const std::vector<uint8_t>& gmap);
+
+void check_selection(const SelectCase& c, kernels::SlaTopkAlgo algo,
+                     kernels::SlaScoreKernel score = kernels::SlaScoreKernel::Simple) {
   SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " blocks "
                                   << c.block_q << "x" << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD")
-                                  << (algo == kernels::SlaTopkAlgo::Radix ? " radix" : " bitonic"));
+                                  << (algo == kernels::SlaTopkAlgo::Radix ? " radix" : " bitonic")
+                                  << (score == kernels::SlaScoreKernel::Tiled ? " tiled score" : " simple score"));
   const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
   SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
   pd.topk_algo = algo;
+  pd.score_kernel = score;
   const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, c.topk, c.block_q, c.block_k);
   const int64_t QB = pd.query_blocks(), KB = pd.key_blocks(), rows = c.B * c.H * QB;
   const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
@@ -165,8 +175,13 @@ void check_selection(const SelectCase& c, kernels::SlaTopkAlgo algo) {
                                            lut.data<int32_t>(), ws.raw_data(), ws_bytes, cuda::current_stream()),
             Status::Ok)
       << kernels::sla_last_error();
-  const auto glut = download<int32_t>(lut);
-  const auto gmap = download<uint8_t>(map);
+  expect_selection_matches_reference(in, pd, ph, download<int32_t>(lut), download<uint8_t>(map));
+}
+
+void expect_selection_matches_reference(const Inputs& in, const SlaProblem& pd, const SlaProblem& ph,
+                                        const std::vector<int32_t>& glut, const std::vector<uint8_t>& gmap) {
+  const int64_t QB = pd.query_blocks(), KB = pd.key_blocks(), rows = in.B * in.H * QB;
+  const int64_t n_sel = kernels::sla_selected_blocks(pd.topk, KB);
   std::vector<int32_t> rlut(size_t(rows * n_sel));
   ASSERT_EQ(kernels::sla_block_map_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), nullptr, rlut.data()),
             Status::Ok);
@@ -195,6 +210,54 @@ void check_selection(const SelectCase& c, kernels::SlaTopkAlgo algo) {
     differing_rows += g != ref;
   }
   EXPECT_LE(differing_rows, std::max<int64_t>(1, rows / 100)) << "of " << rows << " rows";
+}
+
+// The Tiled score GEMM (SlaScoreKernel::Tiled) against the reference (both
+// top-k algorithms), and its LUT and map equal to the Simple kernel's bit for
+// bit (the same fp32 scores): topk 1 lists every key block by score, so any
+// score that moved past a neighbour would show. head_dim 48 and 36 exercise
+// the zero-padded last channel slice (36: a float4 slice of 4, not 32).
+TEST(SlaGpu, TiledScoreKernelEqualsSimpleExactly) {
+  TD_REQUIRE_GPU();
+  for (const auto algo : {kernels::SlaTopkAlgo::Bitonic, kernels::SlaTopkAlgo::Radix}) {
+    check_selection({1, 1000, 3, 128, 128, 64, 0.1, false}, algo, kernels::SlaScoreKernel::Tiled);
+    check_selection({2, 1537, 2, 64, 128, 64, 0.2, true}, algo, kernels::SlaScoreKernel::Tiled);
+    check_selection({1, 777, 2, 128, 64, 128, 0.15, false}, algo, kernels::SlaScoreKernel::Tiled);
+    check_selection({1, 203, 3, 48, 32, 16, 0.3, true}, algo, kernels::SlaScoreKernel::Tiled);
+    check_selection({1, 5, 2, 64, 128, 64, 0.05, false}, algo, kernels::SlaScoreKernel::Tiled);
+    check_selection({1, 32760, 1, 128, 64, 128, 0.1, false}, algo, kernels::SlaScoreKernel::Tiled);
+  }
+  struct Case {
+    int64_t B, L, H, D, block_q, block_k;
+    double topk;
+  };
+  for (const Case& c : {Case{1, 4099, 2, 128, 64, 128, 1.0}, Case{2, 3001, 3, 64, 128, 64, 0.3},
+                        Case{1, 5000, 2, 36, 64, 32, 1.0}, Case{1, 70000, 1, 128, 128, 32, 0.25},
+                        Case{1, 333, 5, 48, 16, 16, 0.5}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " blocks "
+                                    << c.block_q << "x" << c.block_k << " topk " << c.topk);
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.B > 1);
+    SlaProblem p = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
+    const int64_t rows = c.B * c.H * p.query_blocks(), KB = p.key_blocks();
+    const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
+    const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    std::vector<int32_t> luts[2];
+    std::vector<uint8_t> maps[2];
+    for (int a = 0; a < 2; ++a) {
+      p.score_kernel = a == 0 ? kernels::SlaScoreKernel::Simple : kernels::SlaScoreKernel::Tiled;
+      test::poison(ws);
+      Tensor lut = device_buffer({rows, n_sel}, DType::I32), map = device_buffer({rows, KB}, DType::U8);
+      ASSERT_EQ(kernels::sla_block_select_cuda(p, in.qd.raw_data(), in.kd.raw_data(), map.data<uint8_t>(),
+                                               lut.data<int32_t>(), ws.raw_data(), ws_bytes, cuda::current_stream()),
+                Status::Ok)
+          << kernels::sla_last_error();
+      luts[a] = download<int32_t>(lut);
+      maps[a] = download<uint8_t>(map);
+    }
+    EXPECT_TRUE(luts[0] == luts[1]) << "the Tiled score kernel's LUT differs from the Simple kernel's";
+    EXPECT_TRUE(maps[0] == maps[1]) << "the Tiled score kernel's map differs from the Simple kernel's";
+  }
 }
 
 // Every top-k variant (the bitonic sort and the radix select) against the reference.
@@ -539,6 +602,173 @@ TEST(SlaGpu, SageSlaVariantsEqualTheDefault) {
         EXPECT_EQ(std::memcmp(base.raw_data(), got.raw_data(), size_t(got.numel()) * 2), 0)
             << "differs from the bitonic, in-line path";
     }
+}
+
+// SageSLA's fused path, kernel level: sage_prepare_cuda with block sums, then
+// sla_block_select_from_sums_cuda. The sums against fp64 (Σ q per 64 rows,
+// Σ (k - mean) per 64 keys: |err| <= 1e-3 + 1e-4·|ref|, fp32 sums of 64 terms
+// of |x| ~ 1-3), the LUT / map against the CPU reference up to ties (the same
+// bar as the default selection), and prepare + attend equal to
+// sage_attention_cuda bit for bit (the same quantized workspace and kernel),
+// sparse with that LUT and dense, for the sm_90a and the portable backend.
+TEST(SlaGpu, FusedSelectionFromSageSumsMatchesTheReference) {
+  TD_REQUIRE_GPU();
+  struct Case {
+    int64_t B, L, H, D, block_q, block_k;
+    double topk;
+    bool bhld;
+  };
+  for (const Case& c : {Case{1, 2113, 3, 128, 64, 128, 0.15, true}, Case{2, 1000, 2, 64, 64, 128, 0.1, false},
+                        Case{1, 1537, 2, 128, 128, 64, 0.2, false}, Case{1, 77, 3, 64, 128, 128, 0.5, true},
+                        Case{1, 32760, 1, 128, 64, 128, 0.1, false}}) {
+    for (const auto be : {kernels::SageBackend::Sm90, kernels::SageBackend::Portable}) {
+      SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " blocks "
+                                      << c.block_q << "x" << c.block_k << " topk " << c.topk
+                                      << (c.bhld ? " BHLD" : " BLHD")
+                                      << (be == kernels::SageBackend::Sm90 ? " sm90" : " portable"));
+      const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+      const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
+      const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, c.topk, c.block_q, c.block_k);
+      const int64_t QB = pd.query_blocks(), KB = pd.key_blocks(), rows = c.B * c.H * QB;
+      const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
+      kernels::AttnProblem ap;
+      ap.batch = c.B;
+      ap.heads = c.H;
+      ap.len_q = ap.len_kv = c.L;
+      ap.head_dim = c.D;
+      ap.q = pd.q;
+      ap.k = pd.k;
+      ap.v = pd.v;
+      ap.o = pd.o;
+      ap.scale = pd.scale;
+      ap.qkv_type = ap.o_type = kernels::ElemType::BF16;
+      Tensor lut = device_buffer({rows, n_sel}, DType::I32), map = device_buffer({rows, KB}, DType::U8);
+      kernels::SageSparse sp;
+      sp.lut = lut.data<int32_t>();
+      sp.n_sel = n_sel;
+      sp.block_q = c.block_q;
+      sp.block_k = c.block_k;
+      if (kernels::sage_attention_supports(ap, &sp, be) != Status::Ok) {
+        std::printf("skip %s: %s\n", be == kernels::SageBackend::Sm90 ? "sm90" : "portable",
+                    kernels::attention_last_error());
+        continue;
+      }
+      const size_t sage_bytes = kernels::sage_attention_workspace_size(ap, be);
+      Tensor sage_ws = Tensor::empty({int64_t(sage_bytes)}, DType::U8, Device::cuda(0));
+      const int64_t nb = kernels::sage_sum64_blocks(c.L);
+      Tensor qsum = device_buffer({c.B * c.H, nb, c.D}, DType::F32), ksum = device_buffer({c.B * c.H, nb, c.D}, DType::F32);
+      kernels::SagePoolSums sums;
+      sums.q_sum64 = qsum.data<float>();
+      sums.k_sum64 = ksum.data<float>();
+      void* st = cuda::current_stream();
+      ASSERT_EQ(kernels::sage_prepare_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), &sp, be, sums,
+                                           sage_ws.raw_data(), sage_bytes, st),
+                Status::Ok)
+          << kernels::attention_last_error();
+      const size_t sel_bytes = kernels::sla_block_select_workspace_size(pd);
+      Tensor sel_ws = Tensor::empty({int64_t(sel_bytes)}, DType::U8, Device::cuda(0));
+      ASSERT_EQ(kernels::sla_block_select_from_sums_cuda(pd, sums.q_sum64, nb, sums.k_sum64, nb, map.data<uint8_t>(),
+                                                         lut.data<int32_t>(), sel_ws.raw_data(), sel_bytes, st),
+                Status::Ok)
+          << kernels::sla_last_error();
+      // The sums against fp64.
+      const auto gq = download<float>(qsum), gk = download<float>(ksum);
+      double worst = 0;
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.H; ++h) {
+          std::vector<double> mean(size_t(c.D), 0.0);
+          for (int64_t t = 0; t < c.L; ++t)
+            for (int64_t ch = 0; ch < c.D; ++ch) mean[size_t(ch)] += at(in.kh, b, t, h, ch) / double(c.L);
+          for (int64_t blk = 0; blk < nb; ++blk)
+            for (int64_t ch = 0; ch < c.D; ++ch) {
+              double rq = 0, rk = 0;
+              for (int64_t t = blk * 64; t < std::min(c.L, blk * 64 + 64); ++t) {
+                rq += at(in.qh, b, t, h, ch);
+                rk += at(in.kh, b, t, h, ch) - mean[size_t(ch)];
+              }
+              const size_t i = size_t(((b * c.H + h) * nb + blk) * c.D + ch);
+              worst = std::max(worst, std::abs(gq[i] - rq) / (1e-3 + 1e-4 * std::abs(rq)));
+              worst = std::max(worst, std::abs(gk[i] - rk) / (1e-3 + 1e-4 * std::abs(rk)));
+            }
+        }
+      EXPECT_LE(worst, 1.0) << "block sums off by more than 1e-3 + 1e-4·|ref| (ratio " << worst << ")";
+      expect_selection_matches_reference(in, pd, ph, download<int32_t>(lut), download<uint8_t>(map));
+      // prepare + attend == sage_attention_cuda, sparse (this LUT) and dense.
+      for (const bool sparse : {true, false}) {
+        if (!sparse && kernels::sage_attention_supports(ap, nullptr, be) != Status::Ok) continue;
+        const kernels::SageSparse* spp = sparse ? &sp : nullptr;
+        Tensor o1 = device_buffer({c.B, c.L, c.H, c.D}, DType::BF16), o2 = device_buffer({c.B, c.L, c.H, c.D}, DType::BF16);
+        ASSERT_EQ(kernels::sage_prepare_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), spp, be, sums,
+                                             sage_ws.raw_data(), sage_bytes, st),
+                  Status::Ok)
+            << kernels::attention_last_error();
+        ASSERT_EQ(kernels::sage_attend_cuda(ap, o1.raw_data(), nullptr, spp, be, sage_ws.raw_data(), sage_bytes, st),
+                  Status::Ok)
+            << kernels::attention_last_error();
+        Tensor ws2 = Tensor::empty({int64_t(sage_bytes)}, DType::U8, Device::cuda(0));
+        ASSERT_EQ(kernels::sage_attention_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), o2.raw_data(),
+                                               nullptr, spp, be, ws2.raw_data(), sage_bytes, st),
+                  Status::Ok)
+            << kernels::attention_last_error();
+        const Tensor h1 = o1.to(Device::cpu()), h2 = o2.to(Device::cpu());
+        EXPECT_EQ(std::memcmp(h1.raw_data(), h2.raw_data(), size_t(h1.numel()) * 2), 0)
+            << (sparse ? "sparse" : "dense") << ": prepare + attend differs from sage_attention_cuda";
+      }
+    }
+  }
+}
+
+// SageSLA's fused path through ops::sla (SlaOptions::fused) against the CPU
+// layer (the sagesla bar: rel L2 <= 5e-2, cosine >= 0.999), with the linear
+// branch in line and overlapped, both block shapes (64 x 128: sm_90a kernel;
+// 128 x 64: portable), proj_l and none; the same bits on a second run and with
+// or without the overlap; and close to the default path (rel L2 <= 1e-2: the
+// same quantization, a LUT that can differ only at near-ties).
+TEST(SlaGpu, SageSlaFusedMatchesTheCpuLayerAndIsDeterministic) {
+  TD_REQUIRE_GPU();
+  struct Case {
+    int64_t L, H, D, block_q, block_k;
+    double topk;
+    bool bhld, with_proj;
+  };
+  for (const Case& c : {Case{2113, 3, 128, 64, 128, 0.15, true, true}, Case{1000, 2, 64, 64, 128, 0.1, false, true},
+                        Case{1537, 2, 128, 128, 64, 0.2, false, true}, Case{300, 2, 128, 64, 128, 0.3, true, false},
+                        Case{70, 1, 128, 64, 128, 0.05, false, true}}) {
+    SCOPED_TRACE(testing::Message() << "L" << c.L << " H" << c.H << " D" << c.D << " blocks " << c.block_q << "x"
+                                    << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD")
+                                    << (c.with_proj ? " proj_l" : " no proj_l"));
+    const Inputs in = make_inputs(1, c.L, c.H, c.D, c.bhld);
+    Tensor w, b, wd, bd;
+    if (c.with_proj) {
+      w = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f);
+      b = test::randn_tensor({c.D}, DType::F32, 0.1f);
+      wd = w.to(Device::cuda(0));
+      bd = b.to(Device::cuda(0));
+    }
+    ops::SlaOptions so;
+    so.topk = c.topk;
+    so.block_q = c.block_q;
+    so.block_k = c.block_k;
+    const Tensor ref = ops::sla(in.qh, in.kh, in.vh, w, b, so);
+    ops::SlaOptions def = so;
+    def.fused = false;
+    const Tensor base = ops::sla(in.qd, in.kd, in.vd, wd, bd, def).to(Device::cpu());
+    std::vector<Tensor> outs;
+    for (const bool overlap : {true, false, true}) {
+      ops::SlaOptions f = so;
+      f.fused = true;
+      f.overlap_linear = overlap;
+      outs.push_back(ops::sla(in.qd, in.kd, in.vd, wd, bd, f).to(Device::cpu()));
+    }
+    const auto acc = test::compare(outs[0], ref);
+    std::printf("sagesla fused L%lld D%lld %lldx%lld: %s\n", (long long)c.L, (long long)c.D, (long long)c.block_q,
+                (long long)c.block_k, acc.str().c_str());
+    TD_EXPECT_CLOSE(acc, 5e-2, 0.999);
+    TD_EXPECT_CLOSE(test::compare(outs[0], base), 1e-2, 0.9999);
+    for (size_t i = 1; i < outs.size(); ++i)
+      EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[i].raw_data(), size_t(outs[0].numel()) * 2), 0)
+          << "fused run " << i << " differs from the first";
+  }
 }
 
 TEST(SlaGpu, RefusesWhatItCannotRun) {

@@ -34,6 +34,7 @@
 
 #include "kernels/sage_attention/sage_attention.h"
 #include "kernels/sage_attention/sage_attention_internal.h"
+#include "kernels/sage_attention/sage_prepass.h"
 
 namespace td::kernels {
 namespace sage {
@@ -113,9 +114,34 @@ __device__ __forceinline__ uint32_t pack_i8x4(float a, float b, float c, float d
          (uint32_t(quant_i8(d) & 0xff) << 24);
 }
 
+// Block sums for SageSLA's selection (sage_prepass.h), written by the quantize
+// pass's Q and K CTAs when kPool: Σ q and Σ (k - km) of the CTA's 64 rows.
+struct PoolOut {
+  float* q_sum64 = nullptr;  // [B·H, lq_pad / 64, D]
+  float* k_sum64 = nullptr;  // [B·H, lk_pad / 64, D]
+};
+
+// The kRows row groups' per-thread sums (each over its kPerThread rows, in row
+// order) added in group order through shared memory: one fixed order.
+template <int D, int kRows>
+__device__ __forceinline__ void store_block_sum(const float (&sum)[8], int chunk, int rsub, float* out) {
+  __shared__ float s_pool[kRows][D];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s_pool[rsub][chunk * 8 + i] = sum[i];
+  __syncthreads();
+  for (int c = threadIdx.x; c < D; c += kPrepThreads) {
+    float s = s_pool[0][c];
+#pragma unroll
+    for (int r = 1; r < kRows; ++r) s += s_pool[r][c];
+    out[c] = s;
+  }
+}
+
 // blockIdx.x: [0, nq) Q blocks, [nq, nq + nk) K blocks, [nq + nk, nq + 2nk) V blocks, 64 rows each.
-template <int D>
-__global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p) {
+// kPool: the Q and K CTAs also write their block sums (PoolOut) from the same
+// loads; the quantized outputs are the same bits either way.
+template <int D, bool kPool = false>
+__global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p, const PoolOut pool) {
   constexpr int kC = D / 8;
   constexpr int kRows = kPrepThreads / kC;
   constexpr int kPerThread = 64 / kRows;
@@ -128,9 +154,9 @@ __global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p)
 
   if (blk < nq) {
     const __nv_bfloat16* qg = p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + chunk * 8;
-    float kmv[8];
+    float kmv[8], qsum[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) kmv[i] = km[i];
+    for (int i = 0; i < 8; ++i) kmv[i] = km[i], qsum[i] = 0.f;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int t = blk * 64 + j * kRows + rsub;
@@ -149,6 +175,10 @@ __global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p)
 #pragma unroll
         for (int i = 0; i < 8; ++i) x[i] = 0.f;
       }
+      if constexpr (kPool) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) qsum[i] += x[i];
+      }
 #pragma unroll
       for (int off = 1; off < kC; off <<= 1) {
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
@@ -164,6 +194,7 @@ __global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p)
         p.qkm[bh * p.lq_pad + t] = dot * p.scale;
       }
     }
+    if constexpr (kPool) store_block_sum<D, kRows>(qsum, chunk, rsub, pool.q_sum64 + (bh * nq + blk) * D);
     return;
   }
   blk -= nq;
@@ -204,6 +235,16 @@ __global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p)
       *reinterpret_cast<uint2*>(p.ki8 + (bh * p.lk_pad + t) * D + chunk * 8) = w;
     }
     if (tid == 0) p.kscale[bh * (p.lk_pad / 64) + blk] = amax / 127.f;
+    if constexpr (kPool) {
+      float ksum[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        ksum[i] = x[0][i];
+#pragma unroll
+        for (int j = 1; j < kPerThread; ++j) ksum[i] += x[j][i];
+      }
+      store_block_sum<D, kRows>(ksum, chunk, rsub, pool.k_sum64 + (bh * nk + blk) * D);
+    }
     return;
   }
   blk -= nk;
@@ -677,14 +718,28 @@ Status run_stats(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream
   return Status::Ok;
 }
 
-Status run_quant(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream) {
+
+// The quantize launch, with the block sums when pool has any pointer.
+static Status run_quant_pool(const PrepParams& pp, const AttnProblem& p, const PoolOut& pool, cudaStream_t stream) {
   const dim3 grid(unsigned(pp.lq_pad / 64 + 2 * (pp.lk_pad / 64)), unsigned(p.heads), unsigned(p.batch));
-  if (p.head_dim == 64) quant_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp);
-  else quant_kernel<128><<<grid, kPrepThreads, 0, stream>>>(pp);
+  const bool with_sums = pool.q_sum64 || pool.k_sum64;
+  if (with_sums && (!pool.q_sum64 || !pool.k_sum64))
+    return detail::attn_fail(Status::InvalidArgument, "sage_prepare_cuda: give both block sum arrays or neither");
+  if (p.head_dim == 64) {
+    if (with_sums) quant_kernel<64, true><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+    else quant_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+  } else {
+    if (with_sums) quant_kernel<128, true><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+    else quant_kernel<128><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+  }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention: quantize launch failed: ") + cudaGetErrorString(e));
   return Status::Ok;
+}
+
+Status run_quant(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream) {
+  return run_quant_pool(pp, p, PoolOut{}, stream);
 }
 
 AttnParams attn_params(const AttnProblem& p, const PrepParams& pp, void* o, float* lse, const SageSparse* sp) {
@@ -819,6 +874,64 @@ Status sage_attention_cuda(const AttnProblem& p, const void* q, const void* k, c
   if (Status s = sage::run_quant(pp, p, st); s != Status::Ok) return s;
   const sage::AttnParams ap = sage::attn_params(p, pp, o, lse, sparse);
   if (be == SageBackend::Sm90) return sage::sm90_attention(ap, p, sparse, st);
+  return sage::run_portable_attention(ap, p, sparse, st);
+}
+
+// ---------------------------------------------------------------------------
+// The same in two calls with the block sums (sage_prepass.h, SageSLA's fused path)
+
+int64_t sage_sum64_blocks(int64_t len) { return (len + 127) / 128 * 2; }  // layout_for's padding, in 64s
+
+namespace {
+// What both halves check: the problem, a resolved backend, the workspace.
+Status two_call_checks(const AttnProblem& p, const SageSparse* sparse, SageBackend backend, const void* workspace,
+                       size_t workspace_bytes, const char* who) {
+  using detail::attn_fail;
+  if (backend == SageBackend::Auto)
+    return attn_fail(Status::InvalidArgument, std::string(who) + ": give the resolved backend (Sm90 or Portable)");
+  if (Status s = sage_attention_supports(p, sparse, backend); s != Status::Ok) return s;
+  const sage::Layout l = sage::layout_for(p, backend == SageBackend::Sm90);
+  if (!workspace || workspace_bytes < l.total || !aligned16(workspace))
+    return attn_fail(Status::InvalidArgument, std::string(who) + ": needs a 16-byte aligned workspace of " +
+                                                  std::to_string(l.total) + " bytes, got " +
+                                                  std::to_string(workspace_bytes));
+  return Status::Ok;
+}
+}  // namespace
+
+Status sage_prepare_cuda(const AttnProblem& p, const void* q, const void* k, const void* v, const SageSparse* sparse,
+                         SageBackend backend, const SagePoolSums& sums, void* workspace, size_t workspace_bytes,
+                         void* stream) {
+  using detail::attn_fail;
+  if (Status s = two_call_checks(p, sparse, backend, workspace, workspace_bytes, "sage_prepare_cuda"); s != Status::Ok)
+    return s;
+  if (!q || !k || !v)
+    return attn_fail(Status::InvalidArgument, std::string("sage_prepare_cuda: null pointer for ") +
+                                                  (!q ? "Q" : !k ? "K" : "V"));
+  if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(sums.q_sum64) || !aligned16(sums.k_sum64))
+    return attn_fail(Status::Unsupported, "sage_prepare_cuda: Q, K, V and the block sums must be 16-byte aligned");
+  const sage::Layout l = sage::layout_for(p, backend == SageBackend::Sm90);
+  const auto st = static_cast<cudaStream_t>(stream);
+  sage::PrepParams pp = sage::prep_params(p, l, q, k, v, workspace);
+  pp.v_fp8 = backend == SageBackend::Sm90;
+  if (Status s = sage::run_stats(pp, p, st); s != Status::Ok) return s;
+  sage::PoolOut pool;
+  pool.q_sum64 = sums.q_sum64;
+  pool.k_sum64 = sums.k_sum64;
+  return sage::run_quant_pool(pp, p, pool, st);
+}
+
+Status sage_attend_cuda(const AttnProblem& p, void* o, float* lse, const SageSparse* sparse, SageBackend backend,
+                        void* workspace, size_t workspace_bytes, void* stream) {
+  using detail::attn_fail;
+  if (Status s = two_call_checks(p, sparse, backend, workspace, workspace_bytes, "sage_attend_cuda"); s != Status::Ok)
+    return s;
+  if (!o || !aligned16(o)) return attn_fail(Status::InvalidArgument, "sage_attend_cuda: O is null or not 16-byte aligned");
+  const sage::Layout l = sage::layout_for(p, backend == SageBackend::Sm90);
+  const auto st = static_cast<cudaStream_t>(stream);
+  const sage::PrepParams pp = sage::prep_params(p, l, nullptr, nullptr, nullptr, workspace);
+  const sage::AttnParams ap = sage::attn_params(p, pp, o, lse, sparse);
+  if (backend == SageBackend::Sm90) return sage::sm90_attention(ap, p, sparse, st);
   return sage::run_portable_attention(ap, p, sparse, st);
 }
 

@@ -55,6 +55,16 @@ enum class SlaFeatureMap { Softmax, Elu, Relu };
 // variable TD_SLA_TOPK is "bitonic", else Radix (measured faster on the H200).
 enum class SlaTopkAlgo { Auto, Bitonic, Radix };
 
+// The CUDA block selection's pooled-score GEMM (both give the same fp32 scores
+// bit for bit: each score is one fmaf chain over the channels in order, on the
+// same pooled values; so the same LUT). Simple: 16 query x 64 key blocks per
+// CTA, 4 outputs per thread (the default; 75 us at 1x12x32760 on the H200,
+// 63 GB/s, issue-bound on shared loads). Tiled: 64 x 64 blocks per CTA, a 4 x 4
+// register block per thread, 32-channel slices staged transposed in shared
+// memory with the next slice prefetched into registers. Auto: Tiled when the
+// environment has TD_SLA_SCORE=tiled or TD_SLA_FUSED=1, else Simple.
+enum class SlaScoreKernel { Auto, Simple, Tiled };
+
 struct SlaProblem {
   int64_t batch = 0, heads = 0, len = 0, head_dim = 0;
   AttnStrides q, k, v, o;
@@ -63,6 +73,7 @@ struct SlaProblem {
   double topk = 0.1;            // fraction of key blocks kept, in (0, 1]
   SlaFeatureMap feature_map = SlaFeatureMap::Softmax;
   SlaTopkAlgo topk_algo = SlaTopkAlgo::Auto;  // CUDA block selection only
+  SlaScoreKernel score_kernel = SlaScoreKernel::Auto;  // CUDA block selection only
 
   int64_t query_blocks() const { return (len + block_q - 1) / block_q; }
   int64_t key_blocks() const { return (len + block_k - 1) / block_k; }
@@ -115,6 +126,21 @@ Status sla_fail(Status s, const std::string& message);
 size_t sla_block_select_workspace_size(const SlaProblem& p);
 Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, uint8_t* block_map, int32_t* lut,
                              void* workspace, size_t workspace_bytes, void* stream);
+
+// Block selection from block sums another pass already made (SageSLA's fused
+// path, SlaOptions::fused: the sage quantization pass writes them from the
+// loads that quantize Q and K, kernels/sage_attention/sage_prepass.h, so Q
+// and K are not read again for pooling and no K mean pass runs):
+//   q_sum64 [B·H, q_sub_stride, D]: Σ q over each 64-token block (rows past len
+//           count 0), k_sum64 [B·H, k_sub_stride, D]: Σ (k - km) over each
+//           64-key block, km the K mean of the sage pass (already smoothed).
+// Pooled Q = (Σ of the block's block_q/64 sums) / tokens, pooled K likewise;
+// then the Tiled score GEMM and the top-k of sla_block_select_cuda (p.topk_algo).
+// block_q, block_k multiples of 64; q_sub_stride >= ceil(len/64) rounded up to
+// whole query blocks (k likewise). Same workspace size as sla_block_select_cuda.
+Status sla_block_select_from_sums_cuda(const SlaProblem& p, const float* q_sum64, int64_t q_sub_stride,
+                                       const float* k_sum64, int64_t k_sub_stride, uint8_t* block_map, int32_t* lut,
+                                       void* workspace, size_t workspace_bytes, void* stream);
 
 // Sparse branch in BF16: attention_flash_block_sparse_cuda (128 x 64 blocks
 // only, head_dim 64/128). lse [B, H, len] fp32 may be null.

@@ -16,6 +16,13 @@
 //      sort in shared memory, the first n_sel indices into the LUT and the map.
 //      Or (SlaTopkAlgo::Radix) a radix select of the n_sel-th key and a rank
 //      count of the selected keys only: the same LUT and map.
+//   3'. score, Tiled variant (SlaScoreKernel::Tiled): the same scores bit for
+//      bit (one fmaf chain per score over the channels in order, on the same
+//      pooled values), 64 x 64 blocks per CTA with 4 x 4 register blocks.
+//   From sums (sla_block_select_from_sums_cuda, SageSLA's fused path): no
+//      pooling or K mean kernel; the Tiled score kernel forms pooled Q and
+//      smoothed pooled K from the 64-token block sums the sage quantization
+//      pass wrote, then the same top-k.
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -201,6 +208,127 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(const ScoreParams 
     }
 }
 
+// The Tiled score kernel. 64 query x 64 key blocks per CTA, 256 threads, each
+// a 4 x 4 register block (rows 4·ty.., columns 4·tx..): per channel two 16-byte
+// shared loads feed 16 FMAs (the Simple kernel: 5 loads for 4 FMAs). Channels
+// go through shared memory in slices of 32, stored transposed ([channel][block],
+// rows padded to 68 floats: 16-byte aligned float4 reads, conflict-free across
+// the 16 tx of a warp); the next slice is fetched into registers while this
+// one is multiplied. Every score is fmaf(q_c, k_c, acc) for c = 0, 1, ... in
+// order, zero-padded slices included, on the values the Simple kernel stages
+// (pooled Q means; K block sum / tokens - K mean): the same bits.
+// Predicted (H200, from FMA counts; the FMA pipe does 128/clk/SM at ~1.9 GHz):
+//   1x12x32760, 64x128 blocks: 512·256·128·12 = 201 M FMA in 8·4·12 = 384 CTAs
+//   (one wave, ~3 per SM): 6.2 us at full FMA issue, ~75% issue with the shared
+//   loads and slice barriers -> ~9-11 us (Simple: 75 us measured).
+//   1x40x75600: 1182·591·128·40 = 3.58 G FMA -> ~110 us at full issue, ~150 us
+//   expected (Simple: ~1.3 ms, the bulk of the 2.0 ms selection there).
+// From-sums mode (kFromSums): pooled Q = Σ of the block's 64-token sums / tokens,
+// pooled K = Σ of its smoothed 64-key sums / tokens, read where they are staged.
+constexpr int kTiledQ = 64, kTiledK = 64, kTiledC = 32, kTiledThreads = 256, kTiledStride = 68;
+
+struct TiledScoreParams {
+  const float* pq;     // pooled Q means [BH, QB, D], or 64-token Q sums [BH, q_sub_stride, D]
+  const float* pk;     // K block sums [BH, KB, D], or smoothed 64-key K sums [BH, k_sub_stride, D]
+  const float* kmean;  // [BH, D] (pooled mode only)
+  float* scores;       // [BH, QB, KB]
+  int dim, qblocks, kblocks, len, block_q, block_k;
+  int q_sub, k_sub;                  // 64-token sums per block (from-sums mode)
+  int64_t q_sub_stride, k_sub_stride;  // 64-token sums per (b, h) (from-sums mode)
+};
+
+template <bool kFromSums>
+__global__ void __launch_bounds__(kTiledThreads) score_tiled_kernel(const TiledScoreParams p) {
+  __shared__ __align__(16) float qs[kTiledC][kTiledStride];
+  __shared__ __align__(16) float ks[kTiledC][kTiledStride];
+  const int i0 = blockIdx.x * kTiledQ, j0 = blockIdx.y * kTiledK;
+  const int64_t bh = blockIdx.z;
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  const int lrow = tid / 8, lc = (tid % 8) * 4;  // loader: rows lrow and lrow + 32, channels lc..lc+3
+  float4 pre_q[2], pre_k[2];
+  auto fetch = [&](int c0) {
+    const int c = c0 + lc;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = i0 + lrow + 32 * h, j = j0 + lrow + 32 * h;
+      float4 qv = make_float4(0.f, 0.f, 0.f, 0.f), kv = qv;
+      if (c < p.dim) {  // dim % 4 == 0: a float4 is all in or all out
+        if (i < p.qblocks) {
+          if constexpr (kFromSums) {
+            const float* src = p.pq + (bh * p.q_sub_stride + int64_t(i) * p.q_sub) * p.dim + c;
+            qv = *reinterpret_cast<const float4*>(src);
+            for (int s = 1; s < p.q_sub; ++s) {
+              const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+              qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
+            }
+            const float n = float(min(p.len, (i + 1) * p.block_q) - i * p.block_q);
+            qv.x /= n, qv.y /= n, qv.z /= n, qv.w /= n;
+          } else {
+            qv = *reinterpret_cast<const float4*>(p.pq + (bh * p.qblocks + i) * p.dim + c);
+          }
+        }
+        if (j < p.kblocks) {
+          const float n = float(min(p.len, (j + 1) * p.block_k) - j * p.block_k);
+          if constexpr (kFromSums) {
+            const float* src = p.pk + (bh * p.k_sub_stride + int64_t(j) * p.k_sub) * p.dim + c;
+            kv = *reinterpret_cast<const float4*>(src);
+            for (int s = 1; s < p.k_sub; ++s) {
+              const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+              kv.x += a.x, kv.y += a.y, kv.z += a.z, kv.w += a.w;
+            }
+            kv.x /= n, kv.y /= n, kv.z /= n, kv.w /= n;
+          } else {
+            // pooled smoothed K = block sum / tokens in the block - K mean (the Simple kernel's expression)
+            const float4 sum = *reinterpret_cast<const float4*>(p.pk + (bh * p.kblocks + j) * p.dim + c);
+            const float* km = p.kmean + bh * p.dim + c;
+            kv = make_float4(sum.x / n - km[0], sum.y / n - km[1], sum.z / n - km[2], sum.w / n - km[3]);
+          }
+        }
+      }
+      pre_q[h] = qv;
+      pre_k[h] = kv;
+    }
+  };
+  float acc[4][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) acc[a][b] = 0.f;
+  fetch(0);
+  for (int c0 = 0; c0 < p.dim; c0 += kTiledC) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lrow + 32 * h;
+      qs[lc][r] = pre_q[h].x, qs[lc + 1][r] = pre_q[h].y, qs[lc + 2][r] = pre_q[h].z, qs[lc + 3][r] = pre_q[h].w;
+      ks[lc][r] = pre_k[h].x, ks[lc + 1][r] = pre_k[h].y, ks[lc + 2][r] = pre_k[h].z, ks[lc + 3][r] = pre_k[h].w;
+    }
+    __syncthreads();
+    if (c0 + kTiledC < p.dim) fetch(c0 + kTiledC);  // in flight during the FMAs below
+#pragma unroll 8
+    for (int c = 0; c < kTiledC; ++c) {
+      const float4 a = *reinterpret_cast<const float4*>(&qs[c][ty * 4]);
+      const float4 b = *reinterpret_cast<const float4*>(&ks[c][tx * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    const int i = i0 + ty * 4 + x;
+    if (i >= p.qblocks) continue;
+    float* row = p.scores + (bh * p.qblocks + i) * p.kblocks;
+#pragma unroll
+    for (int y = 0; y < 4; ++y) {
+      const int j = j0 + tx * 4 + y;
+      if (j < p.kblocks) row[j] = acc[x][y];
+    }
+  }
+}
+
 struct TopkParams {
   const float* scores;
   int heads, qblocks, kblocks, sort_size, n_sel;
@@ -345,86 +473,46 @@ Status launch_error(const char* what) {
                                                     " launch failed: " + cudaGetErrorString(e));
 }
 
-}  // namespace
-
-size_t sla_block_select_workspace_size(const SlaProblem& p) {
-  const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
-  return align256(bh * size_t(p.query_blocks()) * d * 4) + align256(bh * size_t(p.key_blocks()) * d * 4) +
-         align256(bh * size_t(p.query_blocks()) * size_t(p.key_blocks()) * 4) + align256(bh * d * 4);
-}
-
-Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, uint8_t* block_map, int32_t* lut,
-                             void* workspace, size_t workspace_bytes, void* stream) {
+// The checks both entry points share (sizes the kernels' int indices and grid
+// dimensions hold, the workspace).
+Status select_checks(const SlaProblem& p, const void* workspace, size_t workspace_bytes, const char* who) {
   using detail::sla_fail;
   if (Status s = sla_check(p); s != Status::Ok) return s;
-  if (!q || !k) return sla_fail(Status::InvalidArgument, "sla_block_select_cuda: null Q or K");
   if (p.head_dim > 256)
     return sla_fail(Status::Unsupported,
-                    "sla_block_select_cuda: head_dim must be <= 256, got " + std::to_string(p.head_dim));
+                    std::string(who) + ": head_dim must be <= 256, got " + std::to_string(p.head_dim));
   const int64_t QB = p.query_blocks(), KB = p.key_blocks();
   if (KB > kMaxKeyBlocks)
-    return sla_fail(Status::Unsupported, "sla_block_select_cuda: at most " + std::to_string(kMaxKeyBlocks) +
+    return sla_fail(Status::Unsupported, std::string(who) + ": at most " + std::to_string(kMaxKeyBlocks) +
                                              " key blocks, got " + std::to_string(KB));
   if (p.len > (int64_t(1) << 30) || p.heads > 65535 || p.batch > 65535 || QB > (int64_t(1) << 30))
-    return sla_fail(Status::Unsupported, "sla_block_select_cuda: len must be < 2^30 and batch, heads <= 65535");
+    return sla_fail(Status::Unsupported, std::string(who) + ": len must be < 2^30 and batch, heads <= 65535");
   const size_t need = sla_block_select_workspace_size(p);
   if (workspace_bytes < need || !workspace)
-    return sla_fail(Status::InvalidArgument, "sla_block_select_cuda: workspace of " + std::to_string(need) +
+    return sla_fail(Status::InvalidArgument, std::string(who) + ": workspace of " + std::to_string(need) +
                                                  " bytes needed, got " + std::to_string(workspace_bytes));
-  if (!lut && !block_map) return Status::Ok;
-  const auto st = static_cast<cudaStream_t>(stream);
-  const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
+  return Status::Ok;
+}
 
-  PoolParams pp;
-  pp.q = static_cast<const __nv_bfloat16*>(q);
-  pp.k = static_cast<const __nv_bfloat16*>(k);
-  pp.qs = p.q;
-  pp.ks = p.k;
-  pp.heads = int(p.heads);
-  pp.len = int(p.len);
-  pp.dim = int(p.head_dim);
-  // A block larger than the sequence is one (partial) block: clamp, so int holds it.
-  pp.block_q = int(p.block_q > p.len ? p.len : p.block_q);
-  pp.block_k = int(p.block_k > p.len ? p.len : p.block_k);
-  pp.qblocks = int(QB);
-  pp.kblocks = int(KB);
-  pp.pq = static_cast<float*>(workspace);
-  pp.pk = reinterpret_cast<float*>(static_cast<char*>(workspace) + align256(bh * size_t(QB) * d * 4));
-  const unsigned threads = unsigned((p.head_dim + 31) / 32 * 32);
-  const dim3 pool_grid(unsigned(QB > KB ? QB : KB), unsigned(p.heads), unsigned(p.batch));
-  const bool vec = p.head_dim % 8 == 0 && p.q.batch % 8 == 0 && p.q.head % 8 == 0 && p.q.token % 8 == 0 &&
-                   p.k.batch % 8 == 0 && p.k.head % 8 == 0 && p.k.token % 8 == 0 &&
-                   (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
-  if (vec) {
-    const size_t red = size_t(kPoolThreads / (p.head_dim / 8)) * size_t(p.head_dim) * 4;  // 8 KiB at most
-    block_pool_vec_kernel<<<pool_grid, kPoolThreads, red, st>>>(pp);
-  } else {
-    block_pool_kernel<<<pool_grid, threads, 0, st>>>(pp);
-  }
-  if (Status s = launch_error("block_pool"); s != Status::Ok) return s;
-  char* const ws = static_cast<char*>(workspace);
-  float* const kmean = reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) +
-                                                align256(bh * size_t(KB) * d * 4) +
-                                                align256(bh * size_t(QB) * size_t(KB) * 4));
-  key_mean_kernel<<<dim3(unsigned((p.head_dim + 31) / 32), unsigned(bh)), 32 * kMeanGroups, 0, st>>>(pp, kmean);
-  if (Status s = launch_error("key_mean"); s != Status::Ok) return s;
+// SlaScoreKernel::Auto -> Tiled when TD_SLA_SCORE=tiled or TD_SLA_FUSED=1 (read
+// per call, for A/B runs), else Simple. Tiled needs head_dim % 4 == 0 (float4
+// staging); other head_dims take Simple, which gives the same scores anyway.
+bool use_tiled_score(const SlaProblem& p) {
+  if (p.head_dim % 4) return false;
+  if (p.score_kernel != SlaScoreKernel::Auto) return p.score_kernel == SlaScoreKernel::Tiled;
+  const char* score = std::getenv("TD_SLA_SCORE");
+  if (score && std::strcmp(score, "tiled") == 0) return true;
+  if (score && std::strcmp(score, "simple") == 0) return false;
+  const char* fused = std::getenv("TD_SLA_FUSED");
+  return fused && std::strcmp(fused, "1") == 0;
+}
 
-  ScoreParams sp;
-  sp.pq = pp.pq;
-  sp.pk = pp.pk;
-  sp.kmean = kmean;
-  sp.scores = reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) + align256(bh * size_t(KB) * d * 4));
-  sp.len = int(p.len);
-  sp.block_k = pp.block_k;
-  sp.dim = int(p.head_dim);
-  sp.qblocks = int(QB);
-  sp.kblocks = int(KB);
-  score_kernel<<<dim3(unsigned((QB + kScoreQ - 1) / kScoreQ), unsigned((KB + kScoreK - 1) / kScoreK), unsigned(bh)),
-                 kScoreThreads, 0, st>>>(sp);
-  if (Status s = launch_error("score"); s != Status::Ok) return s;
-
+// The top-k of every query block's row of scores into the LUT / map (either algorithm: the same result).
+Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map, int32_t* lut, cudaStream_t st) {
+  using detail::sla_fail;
+  const int64_t QB = p.query_blocks(), KB = p.key_blocks();
   TopkParams tp;
-  tp.scores = sp.scores;
+  tp.scores = scores;
   tp.heads = int(p.heads);
   tp.qblocks = int(QB);
   tp.kblocks = int(KB);
@@ -464,6 +552,146 @@ Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, 
   }
   topk_kernel<<<dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)), kTopkThreads, smem, st>>>(tp);
   return launch_error("topk");
+}
+
+}  // namespace
+
+size_t sla_block_select_workspace_size(const SlaProblem& p) {
+  const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
+  return align256(bh * size_t(p.query_blocks()) * d * 4) + align256(bh * size_t(p.key_blocks()) * d * 4) +
+         align256(bh * size_t(p.query_blocks()) * size_t(p.key_blocks()) * 4) + align256(bh * d * 4);
+}
+
+Status sla_block_select_cuda(const SlaProblem& p, const void* q, const void* k, uint8_t* block_map, int32_t* lut,
+                             void* workspace, size_t workspace_bytes, void* stream) {
+  using detail::sla_fail;
+  if (Status s = select_checks(p, workspace, workspace_bytes, "sla_block_select_cuda"); s != Status::Ok) return s;
+  if (!q || !k) return sla_fail(Status::InvalidArgument, "sla_block_select_cuda: null Q or K");
+  const int64_t QB = p.query_blocks(), KB = p.key_blocks();
+  if (!lut && !block_map) return Status::Ok;
+  const auto st = static_cast<cudaStream_t>(stream);
+  const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
+
+  PoolParams pp;
+  pp.q = static_cast<const __nv_bfloat16*>(q);
+  pp.k = static_cast<const __nv_bfloat16*>(k);
+  pp.qs = p.q;
+  pp.ks = p.k;
+  pp.heads = int(p.heads);
+  pp.len = int(p.len);
+  pp.dim = int(p.head_dim);
+  // A block larger than the sequence is one (partial) block: clamp, so int holds it.
+  pp.block_q = int(p.block_q > p.len ? p.len : p.block_q);
+  pp.block_k = int(p.block_k > p.len ? p.len : p.block_k);
+  pp.qblocks = int(QB);
+  pp.kblocks = int(KB);
+  pp.pq = static_cast<float*>(workspace);
+  pp.pk = reinterpret_cast<float*>(static_cast<char*>(workspace) + align256(bh * size_t(QB) * d * 4));
+  const unsigned threads = unsigned((p.head_dim + 31) / 32 * 32);
+  const dim3 pool_grid(unsigned(QB > KB ? QB : KB), unsigned(p.heads), unsigned(p.batch));
+  const bool vec = p.head_dim % 8 == 0 && p.q.batch % 8 == 0 && p.q.head % 8 == 0 && p.q.token % 8 == 0 &&
+                   p.k.batch % 8 == 0 && p.k.head % 8 == 0 && p.k.token % 8 == 0 &&
+                   (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(k) & 15) == 0;
+  if (vec) {
+    const size_t red = size_t(kPoolThreads / (p.head_dim / 8)) * size_t(p.head_dim) * 4;  // 8 KiB at most
+    block_pool_vec_kernel<<<pool_grid, kPoolThreads, red, st>>>(pp);
+  } else {
+    block_pool_kernel<<<pool_grid, threads, 0, st>>>(pp);
+  }
+  if (Status s = launch_error("block_pool"); s != Status::Ok) return s;
+  char* const ws = static_cast<char*>(workspace);
+  float* const kmean = reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) +
+                                                align256(bh * size_t(KB) * d * 4) +
+                                                align256(bh * size_t(QB) * size_t(KB) * 4));
+  key_mean_kernel<<<dim3(unsigned((p.head_dim + 31) / 32), unsigned(bh)), 32 * kMeanGroups, 0, st>>>(pp, kmean);
+  if (Status s = launch_error("key_mean"); s != Status::Ok) return s;
+
+  float* const scores =
+      reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) + align256(bh * size_t(KB) * d * 4));
+  if (use_tiled_score(p)) {
+    TiledScoreParams tsp;
+    tsp.pq = pp.pq;
+    tsp.pk = pp.pk;
+    tsp.kmean = kmean;
+    tsp.scores = scores;
+    tsp.dim = int(p.head_dim);
+    tsp.qblocks = int(QB);
+    tsp.kblocks = int(KB);
+    tsp.len = int(p.len);
+    tsp.block_q = pp.block_q;
+    tsp.block_k = pp.block_k;
+    tsp.q_sub = tsp.k_sub = 1;
+    tsp.q_sub_stride = QB;
+    tsp.k_sub_stride = KB;
+    score_tiled_kernel<false><<<dim3(unsigned((QB + kTiledQ - 1) / kTiledQ), unsigned((KB + kTiledK - 1) / kTiledK),
+                                     unsigned(bh)),
+                                kTiledThreads, 0, st>>>(tsp);
+    if (Status s = launch_error("score_tiled"); s != Status::Ok) return s;
+  } else {
+    ScoreParams sp;
+    sp.pq = pp.pq;
+    sp.pk = pp.pk;
+    sp.kmean = kmean;
+    sp.scores = scores;
+    sp.len = int(p.len);
+    sp.block_k = pp.block_k;
+    sp.dim = int(p.head_dim);
+    sp.qblocks = int(QB);
+    sp.kblocks = int(KB);
+    score_kernel<<<dim3(unsigned((QB + kScoreQ - 1) / kScoreQ), unsigned((KB + kScoreK - 1) / kScoreK),
+                        unsigned(bh)),
+                   kScoreThreads, 0, st>>>(sp);
+    if (Status s = launch_error("score"); s != Status::Ok) return s;
+  }
+  return launch_topk(p, scores, block_map, lut, st);
+}
+
+Status sla_block_select_from_sums_cuda(const SlaProblem& p, const float* q_sum64, int64_t q_sub_stride,
+                                       const float* k_sum64, int64_t k_sub_stride, uint8_t* block_map, int32_t* lut,
+                                       void* workspace, size_t workspace_bytes, void* stream) {
+  using detail::sla_fail;
+  if (Status s = select_checks(p, workspace, workspace_bytes, "sla_block_select_from_sums_cuda"); s != Status::Ok)
+    return s;
+  if (!q_sum64 || !k_sum64)
+    return sla_fail(Status::InvalidArgument, "sla_block_select_from_sums_cuda: null block sums");
+  if (p.block_q % 64 || p.block_k % 64 || p.head_dim % 4)
+    return sla_fail(Status::Unsupported,
+                    "sla_block_select_from_sums_cuda: block_q and block_k must be multiples of 64 and head_dim of 4, "
+                    "got " + std::to_string(p.block_q) + " x " + std::to_string(p.block_k) + ", head_dim " +
+                        std::to_string(p.head_dim));
+  const int64_t QB = p.query_blocks(), KB = p.key_blocks();
+  if (q_sub_stride < QB * (p.block_q / 64) || k_sub_stride < KB * (p.block_k / 64))
+    return sla_fail(Status::InvalidArgument, "sla_block_select_from_sums_cuda: the block sums hold " +
+                                                 std::to_string(q_sub_stride) + " / " + std::to_string(k_sub_stride) +
+                                                 " 64-token blocks per head, need " +
+                                                 std::to_string(QB * (p.block_q / 64)) + " / " +
+                                                 std::to_string(KB * (p.block_k / 64)));
+  if (!lut && !block_map) return Status::Ok;
+  const auto st = static_cast<cudaStream_t>(stream);
+  const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
+  char* const ws = static_cast<char*>(workspace);
+  float* const scores =
+      reinterpret_cast<float*>(ws + align256(bh * size_t(QB) * d * 4) + align256(bh * size_t(KB) * d * 4));
+  TiledScoreParams tsp;
+  tsp.pq = q_sum64;
+  tsp.pk = k_sum64;
+  tsp.kmean = nullptr;
+  tsp.scores = scores;
+  tsp.dim = int(p.head_dim);
+  tsp.qblocks = int(QB);
+  tsp.kblocks = int(KB);
+  tsp.len = int(p.len);
+  tsp.block_q = int(p.block_q);
+  tsp.block_k = int(p.block_k);
+  tsp.q_sub = int(p.block_q / 64);
+  tsp.k_sub = int(p.block_k / 64);
+  tsp.q_sub_stride = q_sub_stride;
+  tsp.k_sub_stride = k_sub_stride;
+  score_tiled_kernel<true><<<dim3(unsigned((QB + kTiledQ - 1) / kTiledQ), unsigned((KB + kTiledK - 1) / kTiledK),
+                                  unsigned(bh)),
+                             kTiledThreads, 0, st>>>(tsp);
+  if (Status s = launch_error("score_tiled (from sums)"); s != Status::Ok) return s;
+  return launch_topk(p, scores, block_map, lut, st);
 }
 
 }  // namespace td::kernels
