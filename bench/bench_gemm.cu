@@ -28,7 +28,8 @@
 //   block_scaled_sm90_<variant>_{token128,block128,token128_epilogue,token128_quant}
 //                                    each variant of the sm90 block-scaled kernel
 //                                    (baseline, fast_promote, pipelined, pipelined_cvt,
-//                                    pipelined_smem_epi:
+//                                    pipelined_smem_epi, pipelined_smem_scales, three_consumers,
+//                                    three_consumers_fast:
 //                                    int8_gemm_block_scaled_sm90.h) named explicitly
 //   post_scale_mma / block_scaled_mma_token128   the portable mma.sync kernels
 // Plus "accuracy_vs_bf16" at 32760 x 1536 -> 1536: rel L2 and cosine of each
@@ -103,15 +104,19 @@ Status block_scaled_sm90(const td::kernels::Int8GemmBlockScaledArgs& args, cudaS
 }
 
 // One named variant of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h).
-enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt, PipelinedSmemEpi };
+enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt, PipelinedSmemEpi, PipelinedSmemScales, ThreeConsumers,
+                       ThreeConsumersFastCvt };
 Status block_scaled_sm90_variant(const td::kernels::Int8GemmBlockScaledArgs& args, BsVariant v, cudaStream_t stream) {
 #if TURBODIFF_HAVE_SM90
   using K = td::kernels::BlockScaledSm90Kernel;
-  const K k = v == BsVariant::Baseline      ? K::Baseline
-              : v == BsVariant::FastPromote ? K::FastPromote
-              : v == BsVariant::Pipelined   ? K::Pipelined
-              : v == BsVariant::PipelinedCvt ? K::PipelinedCvt
-                                            : K::PipelinedSmemEpi;
+  const K k = v == BsVariant::Baseline              ? K::Baseline
+              : v == BsVariant::FastPromote         ? K::FastPromote
+              : v == BsVariant::Pipelined           ? K::Pipelined
+              : v == BsVariant::PipelinedCvt        ? K::PipelinedCvt
+              : v == BsVariant::PipelinedSmemEpi    ? K::PipelinedSmemEpi
+              : v == BsVariant::PipelinedSmemScales ? K::PipelinedSmemScales
+              : v == BsVariant::ThreeConsumers      ? K::ThreeConsumers
+                                                    : K::ThreeConsumersFastCvt;
   return td::kernels::int8_gemm_block_scaled_sm90(args, stream, k);
 #else
   (void)args, (void)v, (void)stream;
@@ -177,16 +182,19 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- probe of the block-scaled sm90 variants --------------------------------
 // Each variant runs once in a child process (forked before this process
-// touches CUDA) on two problems (ktiles even and odd, several tiles per CTA),
+// touches CUDA) on three problems (ktiles even and odd, several tiles per CTA),
 // its bf16 output compared bit for bit with the baseline variant's (the
 // variants differ only in instruction choice and overlap: same fp32 operations
 // in the same order). A variant that faults or hangs (the child gets 60 s) is
 // reported and not timed, so it cannot take the other measurements with it.
-constexpr int kNumVariants = 5;
-const char* const kVariantNames[kNumVariants] = {"baseline", "fast_promote", "pipelined", "pipelined_cvt",
-                                                 "pipelined_smem_epi"};
-const BsVariant kVariants[kNumVariants] = {BsVariant::Baseline, BsVariant::FastPromote, BsVariant::Pipelined,
-                                           BsVariant::PipelinedCvt, BsVariant::PipelinedSmemEpi};
+constexpr int kNumVariants = 8;
+const char* const kVariantNames[kNumVariants] = {"baseline",           "fast_promote",          "pipelined",
+                                                 "pipelined_cvt",      "pipelined_smem_epi",    "pipelined_smem_scales",
+                                                 "three_consumers",    "three_consumers_fast"};
+const BsVariant kVariants[kNumVariants] = {BsVariant::Baseline,          BsVariant::FastPromote,
+                                           BsVariant::Pipelined,         BsVariant::PipelinedCvt,
+                                           BsVariant::PipelinedSmemEpi,  BsVariant::PipelinedSmemScales,
+                                           BsVariant::ThreeConsumers,    BsVariant::ThreeConsumersFastCvt};
 
 int probe_child(int fd) {
   auto say = [&](const std::string& line) {
@@ -201,7 +209,9 @@ int probe_child(int fd) {
   struct P {
     int64_t M, N, K;
   };
-  const P problems[] = {{2000, 1536, 1536}, {1111, 264, 1408}};
+  // the third: 21 x 16 tiles of 192 x 128, so three_consumers' CTAs also run
+  // several tiles (the first has 11 x 12 = 132 of them: one per H200 SM)
+  const P problems[] = {{2000, 1536, 1536}, {1111, 264, 1408}, {4000, 2048, 1664}};
   std::vector<std::string> verdict(kNumVariants, "ok");
   for (const P& pr : problems) {
     const int64_t kb = (pr.K + 127) / 128;

@@ -40,8 +40,9 @@ namespace {
 constexpr int64_t kBlk = 128;
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// BlockScaledSm90{Fast,Pipe,PipeCvt}: the variants of the sm90 block-scaled
-// kernel (int8_gemm_block_scaled_sm90.h) beside the default one.
+// BlockScaledSm90{Fast,Pipe,PipeCvt,PipeSmemEpi,SmemScales,ThreeWg,ThreeWgFast}: the
+// variants of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h)
+// beside the default one.
 enum class Kernel {
   PostScaleSm90,
   PostScaleMma,
@@ -50,7 +51,10 @@ enum class Kernel {
   BlockScaledSm90Fast,
   BlockScaledSm90Pipe,
   BlockScaledSm90PipeCvt,
-  BlockScaledSm90PipeSmemEpi
+  BlockScaledSm90PipeSmemEpi,
+  BlockScaledSm90SmemScales,
+  BlockScaledSm90ThreeWg,
+  BlockScaledSm90ThreeWgFast
 };
 enum class Scheme { PostScale, Token128, Block128 };
 
@@ -64,6 +68,9 @@ const char* kernel_name(Kernel k) {
     case Kernel::BlockScaledSm90Pipe: return "block_scaled_sm90_pipelined";
     case Kernel::BlockScaledSm90PipeCvt: return "block_scaled_sm90_pipelined_cvt";
     case Kernel::BlockScaledSm90PipeSmemEpi: return "block_scaled_sm90_pipelined_smem_epi";
+    case Kernel::BlockScaledSm90SmemScales: return "block_scaled_sm90_pipelined_smem_scales";
+    case Kernel::BlockScaledSm90ThreeWg: return "block_scaled_sm90_three_consumers";
+    case Kernel::BlockScaledSm90ThreeWgFast: return "block_scaled_sm90_three_consumers_fast";
   }
   return "?";
 }
@@ -73,7 +80,8 @@ const char* scheme_name(Scheme s) {
 bool is_sm90(Kernel k) {
   return k == Kernel::PostScaleSm90 || k == Kernel::BlockScaledSm90 || k == Kernel::BlockScaledSm90Fast ||
          k == Kernel::BlockScaledSm90Pipe || k == Kernel::BlockScaledSm90PipeCvt ||
-         k == Kernel::BlockScaledSm90PipeSmemEpi;
+         k == Kernel::BlockScaledSm90PipeSmemEpi || k == Kernel::BlockScaledSm90SmemScales ||
+         k == Kernel::BlockScaledSm90ThreeWg || k == Kernel::BlockScaledSm90ThreeWgFast;
 }
 #if TURBODIFF_HAVE_SM90
 constexpr bool kBuiltSm90 = true;
@@ -276,7 +284,10 @@ struct Problem {
       case Kernel::BlockScaledSm90Fast:
       case Kernel::BlockScaledSm90Pipe:
       case Kernel::BlockScaledSm90PipeCvt:
-      case Kernel::BlockScaledSm90PipeSmemEpi: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
+      case Kernel::BlockScaledSm90PipeSmemEpi:
+      case Kernel::BlockScaledSm90SmemScales:
+      case Kernel::BlockScaledSm90ThreeWg:
+      case Kernel::BlockScaledSm90ThreeWgFast: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
     }
     return Status::InvalidArgument;
   }
@@ -307,6 +318,12 @@ struct Problem {
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedCvt);
     if (k == Kernel::BlockScaledSm90PipeSmemEpi)
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedSmemEpi);
+    if (k == Kernel::BlockScaledSm90SmemScales)
+      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedSmemScales);
+    if (k == Kernel::BlockScaledSm90ThreeWg)
+      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumers);
+    if (k == Kernel::BlockScaledSm90ThreeWgFast)
+      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersFastCvt);
 #endif
 #endif
     (void)k, (void)args, (void)stream;
@@ -413,14 +430,20 @@ std::vector<KernelCase> sm90_block_variant_cases() {
           {Kernel::BlockScaledSm90Pipe, Scheme::Token128}, {Kernel::BlockScaledSm90Pipe, Scheme::Block128},
           {Kernel::BlockScaledSm90PipeCvt, Scheme::Token128}, {Kernel::BlockScaledSm90PipeCvt, Scheme::Block128},
           {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Token128},
-          {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Block128}};
+          {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Block128},
+          {Kernel::BlockScaledSm90SmemScales, Scheme::Token128}, {Kernel::BlockScaledSm90SmemScales, Scheme::Block128},
+          {Kernel::BlockScaledSm90ThreeWg, Scheme::Token128}, {Kernel::BlockScaledSm90ThreeWg, Scheme::Block128},
+          {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Token128},
+          {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Block128}};
 }
 // The block-scaled sm90 variants run the Wan-1.3B shapes with token128 scales
 // only (what the model runs; Block128 differs only in the scale load, which the
 // small-shape tests cover): keeps the added GPU-test time small.
 bool skip_wan_shapes(const KernelCase& c) {
   return (c.kernel == Kernel::BlockScaledSm90Fast || c.kernel == Kernel::BlockScaledSm90Pipe ||
-          c.kernel == Kernel::BlockScaledSm90PipeCvt || c.kernel == Kernel::BlockScaledSm90PipeSmemEpi) &&
+          c.kernel == Kernel::BlockScaledSm90PipeCvt || c.kernel == Kernel::BlockScaledSm90PipeSmemEpi ||
+          c.kernel == Kernel::BlockScaledSm90SmemScales || c.kernel == Kernel::BlockScaledSm90ThreeWg ||
+          c.kernel == Kernel::BlockScaledSm90ThreeWgFast) &&
          c.scheme == Scheme::Block128;
 }
 
@@ -434,9 +457,11 @@ TEST_P(GemmGpu, AwkwardShapes) {
   };
   // M = 1, 37, 333, 129 (one row past a tile), N = 200 and 136 (partial
   // 128-wide tiles and weight-scale blocks), K = 1008 (last K block 112 deep),
-  // K = 48 (a single short K block), Wan's M = 512 with a Wan layer.
+  // K = 48 (a single short K block), Wan's M = 512 with a Wan layer, M = 193
+  // (one row past a 192-row tile of three_consumers, whose 128-row scale
+  // blocks then straddle tiles) with 11 K blocks (odd).
   const S shapes[] = {{1, 128, 128},   {37, 200, 256},  {333, 256, 384}, {129, 136, 1008},
-                      {130, 264, 48},  {512, 1536, 1536}};
+                      {130, 264, 48},  {512, 1536, 1536}, {193, 392, 1408}};
   for (const S& s : shapes) check_kernel(c.kernel, Problem(c.scheme, s.M, s.N, s.K, {}));
 }
 
@@ -509,6 +534,9 @@ TEST(GemmGpuVariantsLarge, Wan14BShapePipelinedVariants) {
   Problem p(Scheme::Token128, M, 5120, 5120, EpilogueCase{.bias = true, .residual = true, .gate = true, .rows_per_batch = M});
   check_kernel(Kernel::BlockScaledSm90Pipe, p, slices);
   check_kernel(Kernel::BlockScaledSm90PipeSmemEpi, p, slices);
+  check_kernel(Kernel::BlockScaledSm90SmemScales, p, slices);
+  check_kernel(Kernel::BlockScaledSm90ThreeWg, p, slices);
+  check_kernel(Kernel::BlockScaledSm90ThreeWgFast, p, slices);
 }
 
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
@@ -517,7 +545,8 @@ TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
   cuda::Stream stream(0);
   for (Kernel k : {Kernel::PostScaleSm90, Kernel::PostScaleMma, Kernel::BlockScaledSm90, Kernel::BlockScaledMma,
                    Kernel::BlockScaledSm90Fast, Kernel::BlockScaledSm90Pipe, Kernel::BlockScaledSm90PipeCvt,
-                   Kernel::BlockScaledSm90PipeSmemEpi}) {
+                   Kernel::BlockScaledSm90PipeSmemEpi, Kernel::BlockScaledSm90SmemScales,
+                   Kernel::BlockScaledSm90ThreeWg, Kernel::BlockScaledSm90ThreeWgFast}) {
     SCOPED_TRACE(kernel_name(k));
     const Scheme s = (k == Kernel::PostScaleSm90 || k == Kernel::PostScaleMma) ? Scheme::PostScale : Scheme::Token128;
     Problem p(s, 64, 128, 40, {});  // K % 16 != 0

@@ -21,7 +21,8 @@
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
 //
-// Variants (BlockScaledSm90Kernel, one template each; Baseline is the default):
+// Variants (BlockScaledSm90Kernel, one template each; PipelinedCvt is the
+// default, see block_scaled_sm90_env_default):
 //   Baseline     as above: cvt.rn.f32.s32 (I2F) + FFMA per accumulator, after
 //                waiting for the K block's wgmmas (the tensor cores idle
 //                while both warpgroups promote).
@@ -46,6 +47,48 @@
 //                ~1/7 of a tile's time at K = 1536 with 4-byte stores; 4x
 //                fewer store instructions and full 32-byte sectors should
 //                take ~10% off the K = 1536 shapes, ~2% at K >= 5120.
+//   PipelinedSmemScales  PipelinedCvt with the scales staged in shared
+//                memory: producer warp 1 walks the same tiles and stages as
+//                the TMA thread and copies, per stage, the K block's
+//                activation scale of each tile row and the tile's weight scale
+//                (4-byte cp.async, zero fill for rows >= M: a token128 column
+//                is contiguous, but only 4-byte aligned when ld_a_scale % 4 !=
+//                0, so no bulk copy), then arrives on the stage's full barrier
+//                when they land (cp.async.mbarrier.arrive.noinc; the barrier
+//                counts 1 + 32 arrivals). Consumers read 3 floats from shared
+//                memory while their wgmmas run: no global load, pointer or row
+//                bound in the loop (ptxas: 0 spill bytes against
+//                pipelined_cvt's 4).
+//   ThreeConsumers  tile 192 x 128 on three consumer warpgroups (512 threads,
+//                setmaxnreg 32 / 160), each 64 x 128 with one int32
+//                accumulator set and the fp32 sums (ptxas: no spill within
+//                160), scales staged as in PipelinedSmemScales, 5 stages of
+//                40 KB (A 24 + B 16). No second accumulator set: while one
+//                warpgroup waits and promotes, the wgmmas of the other two
+//                keep the tensor cores busy (each warpgroup's 4 wgmmas are
+//                256 of the K block's 768 tensor clocks).
+//   ThreeConsumersFastCvt  ThreeConsumers with FastPromote's conversion (the
+//                two levers separable on the H200 again).
+// Prediction for the three (written before any GPU run). Per K block, with
+// SS wgmma, shared memory moves reads A + (consumer groups) x B plus the TMA's
+// writes A + B: 128 x 128 tile 48 + 32 = 80 KB per 512 tensor clocks (160
+// B/clk against ~128 B/clk: at most ~80% of the INT8 peak, the ceiling the
+// CUTLASS post-scale kernel's 1.9x BF16 sits under); 192 x 128: 72 + 40 = 112
+// KB per 768 clocks (146 B/clk: ~88%). Promotion per scheduler per K block:
+// 2 consumers: 2 warps x ~140 issue slots (64 I2FP + 64 FFMA + scale reads)
+// against 512 tensor clocks; 3 consumers: 3 x ~140 = ~420 against 768 (I2FP
+// ~2 clocks per warp instruction: the measured cvt >= magic-add order says it
+// is not the 16/clk/SM I2F; if it were, 3 x 512 clocks of conversion per 768
+// would cap ThreeConsumers at ~50% and ThreeConsumersFastCvt would win, with
+// 3 x (IADD 2 + FADD 1 + FFMA 1) x 64 = ~770 pipe-clocks spread over two
+// pipes). PipelinedSmemScales: removes the profile's long-scoreboard stalls
+// (~31%: the scale __ldg consumed after the wait and the spill reloads);
+// predicted 10-25% over pipelined_cvt (~0.85-1.05x BF16 at 1.3B, 1.05-1.3x at
+// 14B): the 2-consumer tile keeps its ~80% shared-memory ceiling and its
+// serial epilogue. ThreeConsumers: 65-75% of peak in the mainloop, less the
+// epilogue (~10% of a tile at K = 1536, ~3% at K >= 5120): ~1300-1450 TOP/s,
+// 1.7-1.9x BF16 at 14B and 1.3B ffn2, 1.5-1.7x at 1.3B qkv / ffn1. Tiles:
+// 32760 / 192 = 170.6 (0.2% of rows wasted), 75600 / 192 = 393.75.
 // Prediction (written before any GPU run; per 128x128x128 K block of a CTA =
 // 2.1M MAC at ~4096 INT8 MAC/clk/SM = ~512 clocks of wgmma): Baseline adds
 // the promotion of 16384 values after the wait, tensor cores idle: I2F at
@@ -66,6 +109,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
@@ -78,39 +122,66 @@ namespace {
 
 using namespace cute;
 
-constexpr int kBM = 128, kBN = 128, kBK = 128, kStages = 6;
-constexpr int kThreads = 384;
-constexpr int kConsumerWarps = 8;
-constexpr uint32_t kStageTxBytes = (kBM + kBN) * kBK;  // int8: bytes = elements
+constexpr int kBN = 128, kBK = 128;
 
 using SmemAtom = GMMA::Layout_K_SW128_Atom<int8_t>;  // 8 rows x 128 bytes, 128-byte swizzle
-using SmemLayoutA = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBM>{}, Int<kBK>{}, Int<kStages>{})));
-using SmemLayoutB = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBN>{}, Int<kBK>{}, Int<kStages>{})));
-// Two warpgroups stacked along M: 128 x 128 per K step of 32.
-using TiledMma = decltype(make_tiled_mma(SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN{}, Layout<Shape<_2, _1, _1>>{}));
+// The global tensors the TMA descriptors are built from: [rows, K] int8 with a
+// runtime row stride.
+using GmemLayout = Layout<Shape<int, int>, Stride<int64_t, _1>>;
 
-struct SharedStorage {
-  alignas(1024) int8_t a[cosize_v<SmemLayoutA>];
-  alignas(1024) int8_t b[cosize_v<SmemLayoutB>];
-  alignas(8) uint64_t full[kStages];   // TMA bytes landed
-  alignas(8) uint64_t empty[kStages];  // consumers done reading
+// One CTA shape: kWGs consumer warpgroups of 64 rows each stacked along M
+// (tile 64 kWGs x 128), plus the producer warpgroup.
+template <int kWGs>
+struct TileConfig {
+  static constexpr int kBM = 64 * kWGs;
+  // 2 consumers: 6 stages of 32 KB; 3 consumers: 5 stages of 40 KB (A 24 KB +
+  // B 16 KB), 200 KB + the scale slots, under the 227 KB opt-in limit
+  static constexpr int kStages = kWGs == 2 ? 6 : 5;
+  static constexpr int kThreads = 128 * (kWGs + 1);
+  static constexpr int kConsumerWarps = 4 * kWGs;
+  static constexpr uint32_t kStageTxBytes = (kBM + kBN) * kBK;  // int8: bytes = elements
+  // setmaxnreg budgets: 128 (producer + kWGs x consumer) <= 65536 registers
+  // (2: 40 + 2 x 232 = 504; 3: 32 + 3 x 160 = 512 per thread of a warpgroup)
+  static constexpr int kProducerRegs = kWGs == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kWGs == 2 ? 232 : 160;
+  using SmemLayoutA = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBM>{}, Int<kBK>{}, Int<kStages>{})));
+  using SmemLayoutB = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBN>{}, Int<kBK>{}, Int<kStages>{})));
+  // the warpgroups stacked along M: kBM x 128 per K step of 32
+  using TiledMma =
+      decltype(make_tiled_mma(SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN{}, Layout<Shape<Int<kWGs>, _1, _1>>{}));
+  using TmaA = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                     make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
+                                     SmemLayoutA{}(_, _, 0)));
+  using TmaB = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                     make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
+                                     SmemLayoutB{}(_, _, 0)));
+  struct Storage {
+    alignas(1024) int8_t a[cosize_v<SmemLayoutA>];
+    alignas(1024) int8_t b[cosize_v<SmemLayoutB>];
+    alignas(8) uint64_t full[kStages];   // TMA bytes landed (and, with staged scales, the scale copies)
+    alignas(8) uint64_t empty[kStages];  // consumers done reading
+  };
+  // Staged scales: per stage the K block's activation scale of each tile row
+  // ([0, kBM)) and the weight scale of the tile's 128 columns ([kBM]), copied
+  // by a producer warp beside the TMA of the same stage.
+  struct StorageScales : Storage {
+    alignas(16) float scales[kStages][kBM + 4];
+  };
 };
+using Cfg2 = TileConfig<2>;
+using Cfg3 = TileConfig<3>;
+static_assert(sizeof(Cfg2::StorageScales) <= 232448 && sizeof(Cfg3::StorageScales) <= 232448,
+              "over the sm_90 shared-memory limit");
+
 // PipelinedSmemEpi: fp32 staging of half a tile (64 columns) per consumer
 // warpgroup for the coalesced epilogue; row stride 68 floats (16-byte rows,
 // 2 wavefronts per float2 warp store). sizeof == 232448 = the sm_90 opt-in
 // maximum of dynamic shared memory.
 constexpr int kEpiLd = 68;
-struct SharedStorageEpi : SharedStorage {
+struct SharedStorageEpi : Cfg2::Storage {
   alignas(16) float epi[2][64][kEpiLd];
 };
 static_assert(sizeof(SharedStorageEpi) <= 232448, "over the sm_90 shared-memory limit");
-
-// The global tensors the TMA descriptors are built from: [rows, K] int8 with a
-// runtime row stride.
-using GmemLayout = Layout<Shape<int, int>, Stride<int64_t, _1>>;
-using TmaType = decltype(make_tma_copy(SM90_TMA_LOAD{},
-                                       make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
-                                       SmemLayoutA{}(_, _, 0)));
 
 struct KernelParams {
   int M, N, K;
@@ -156,13 +227,31 @@ __device__ __forceinline__ float small_int_to_float(int x) {
   return __int_as_float(x + 0x4B400000) - 12582912.f;
 }
 
-template <bool kFastCvt, bool kDoubleAcc, bool kSmemEpi = false>
-__global__ void __launch_bounds__(kThreads, 1)
-    int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaType tma_a,
-                                       const __grid_constant__ TmaType tma_b) {
+// One 4-byte cp.async (L1-allocating), zero-filled when !valid (then src is
+// not read); its completion is tracked by cp.async.mbarrier.arrive.
+__device__ __forceinline__ void cp_async_f32(float* smem_dst, const float* src, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+
+// kSmemScales: the scales come from the stage's shared-memory slot (written by
+// producer warp 1) instead of per-thread __ldg after the wgmma issue.
+// kWGs: consumer warpgroups (tile 64 kWGs x 128; TileConfig).
+template <bool kFastCvt, bool kDoubleAcc, bool kSmemEpi = false, bool kSmemScales = false, int kWGs = 2>
+__global__ void __launch_bounds__(TileConfig<kWGs>::kThreads, 1)
+    int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p,
+                                       const __grid_constant__ typename TileConfig<kWGs>::TmaA tma_a,
+                                       const __grid_constant__ typename TileConfig<kWGs>::TmaB tma_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = TileConfig<kWGs>;
+  constexpr int kBM = C::kBM, kStages = C::kStages;
+  using Storage = std::conditional_t<kSmemScales, typename C::StorageScales, typename C::Storage>;
+  // a 64 x 128 int32 accumulator set is 64 registers per thread: two sets and
+  // the fp32 sums need the 232 registers of the two-consumer layout
+  static_assert(!kDoubleAcc || kWGs == 2, "two accumulator sets need the 2-consumer register budget");
+  static_assert(!kSmemEpi || (kWGs == 2 && !kSmemScales), "the staged epilogue's buffer is laid out for 2 consumers");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -170,8 +259,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterTransactionBarrier::init(&smem.full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&smem.empty[s], kConsumerWarps);
+      // staged scales: + the 32 cp.async arrivals (noinc) of the scale warp
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.full[s], kSmemScales ? 1 + 32 : 1);
+      cutlass::arch::ClusterBarrier::init(&smem.empty[s], C::kConsumerWarps);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -181,12 +271,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  Tensor sA = make_tensor(make_smem_ptr(smem.a), SmemLayoutA{});  // (BM, BK, stages)
-  Tensor sB = make_tensor(make_smem_ptr(smem.b), SmemLayoutB{});  // (BN, BK, stages)
+  Tensor sA = make_tensor(make_smem_ptr(smem.a), typename C::SmemLayoutA{});  // (BM, BK, stages)
+  Tensor sB = make_tensor(make_smem_ptr(smem.b), typename C::SmemLayoutB{});  // (BN, BK, stages)
 
   if (warp_group == 0) {
     // ---------------- producer ----------------
-    cutlass::arch::warpgroup_reg_dealloc<40>();
+    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
     if (warp == 0 && cute::elect_one_sync()) {
       Tensor mA = tma_a.get_tma_tensor(make_shape(p.M, p.K));
       Tensor mB = tma_b.get_tma_tensor(make_shape(p.N, p.K));
@@ -203,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // a fresh barrier's "previous phase" counts as complete: the first
           // pass over the stages does not wait
           cutlass::arch::ClusterBarrier::wait(&smem.empty[stage], phase ^ 1);
-          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.full[stage], kStageTxBytes);
+          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.full[stage], C::kStageTxBytes);
           copy(tma_a.with(smem.full[stage]), tAgA(_, kt), tAsA(_, stage));
           copy(tma_b.with(smem.full[stage]), tBgB(_, kt), tBsB(_, stage));
           if (++stage == kStages) {
@@ -213,11 +303,48 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if constexpr (kSmemScales) {
+      if (warp == 1) {
+        // The scale warp: walks the same tiles and stages as the TMA thread;
+        // per stage each lane copies kBM / 32 activation scales (token128: a
+        // column [kb][m0, m0 + kBM), contiguous but only 4-byte aligned when
+        // ld_a_scale % 4 != 0, hence 4-byte cp.async rather than one bulk copy;
+        // block128: the row block's scale per row) and lane 0 the weight
+        // scale, then arrives on the stage's full barrier when its copies land.
+        // Rows >= M get 0 (zero fill) and read nothing.
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+          int tile_m, tile_n;
+          tile_coords(p, tile, tile_m, tile_n);
+          const int m0 = tile_m * kBM;
+          const float* sw_col = p.w_scale + int64_t(tile_n) * p.ld_w_scale;
+          for (int kt = 0; kt < p.ktiles; ++kt) {
+            cutlass::arch::ClusterBarrier::wait(&smem.empty[stage], phase ^ 1);
+            float* dst = smem.scales[stage];
+            CUTE_UNROLL
+            for (int r = lane; r < kBM; r += 32) {
+              const int m = min(m0 + r, p.M - 1);
+              const float* src = p.a_scale_block ? p.a_scale + int64_t(m / 128) * p.ld_a_scale + kt
+                                                 : p.a_scale + int64_t(kt) * p.ld_a_scale + m;
+              cp_async_f32(dst + r, src, m0 + r < p.M);
+            }
+            if (lane == 0) cp_async_f32(dst + kBM, sw_col + kt, true);
+            cutlass::arch::cpasync_barrier_arrive_noinc(&smem.full[stage]);
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+        }
+        cute::cp_async_wait<0>();
+      }
+    }
   } else {
     // ---------------- consumers ----------------
-    cutlass::arch::warpgroup_reg_alloc<232>();
-    const int ctid = threadIdx.x - 128;  // 0..255 over the two consumer warpgroups
-    TiledMma tiled_mma;
+    cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
+    const int ctid = threadIdx.x - 128;  // 0..128 kWGs - 1 over the consumer warpgroups
+    typename C::TiledMma tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(ctid);
     Tensor tCsA = thr_mma.partition_A(sA);  // (MMA, MMA_M, MMA_K, stages)
     Tensor tCsB = thr_mma.partition_B(sB);
@@ -252,8 +379,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           s_hi = m_hi < p.M ? __ldg(col + m_hi) * sw : 0.f;
         }
       };
-      float s_lo, s_hi;
-      load_scales(0, s_lo, s_hi);
+      // this K block's scales of this thread's rows from the stage's slot
+      // (staged scales only: the slot exists then)
+      auto stage_scales = [&](auto& sm, int st, float& s_lo, float& s_hi) {
+        const float* sc = sm.scales[st];
+        const float sw = sc[kBM];
+        s_lo = sc[r_lo] * sw;
+        s_hi = sc[r_lo + 8] * sw;
+      };
+      float s_lo = 0.f, s_hi = 0.f;
+      if constexpr (!kSmemScales) load_scales(0, s_lo, s_hi);
       CUTE_UNROLL
       for (int i = 0; i < size(facc); ++i) facc(i) = 0.f;
 
@@ -270,7 +405,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           warpgroup_commit_batch();
           float next_lo = 0.f, next_hi = 0.f;
-          if (kt + 1 < p.ktiles) load_scales(kt + 1, next_lo, next_hi);
+          if constexpr (kSmemScales) {
+            stage_scales(smem, stage, s_lo, s_hi);  // shared-memory latency under the wgmmas
+          } else {
+            if (kt + 1 < p.ktiles) load_scales(kt + 1, next_lo, next_hi);
+          }
           warpgroup_wait<0>();
           warpgroup_fence_operand(acc);
           __syncwarp();
@@ -290,8 +429,10 @@ __global__ void __launch_bounds__(kThreads, 1)
               facc(i) += float(acc(i)) * s;
             }
           }
-          s_lo = next_lo;
-          s_hi = next_hi;
+          if constexpr (!kSmemScales) {
+            s_lo = next_lo;
+            s_hi = next_hi;
+          }
         }
       } else {
         // Two accumulator sets: K block kt in acc_k[kt & 1]. The wgmmas of
@@ -342,7 +483,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[st], ph);
           issue(acc_next, st);
           float next_lo, next_hi;
-          load_scales(kt + 1, next_lo, next_hi);
+          if constexpr (kSmemScales)
+            stage_scales(smem, st, next_lo, next_hi);
+          else
+            load_scales(kt + 1, next_lo, next_hi);
           warpgroup_wait<1>();
           warpgroup_fence_operand(acc_cur);
           __syncwarp();
@@ -363,6 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
         cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[stage], phase);
         issue(acc, stage);  // K block 0 in flight in acc
+        if constexpr (kSmemScales) stage_scales(smem, stage, s_lo, s_hi);
         int kt = 0;
         for (; kt + 2 < p.ktiles; kt += 2) {  // K blocks kt + 1 and kt + 2 exist
           step_overlap(acc, acc2, kt);
@@ -475,9 +620,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+constexpr int kNumVariants = 8;  // BlockScaledSm90Kernel values 1..8
+
 struct DeviceFacts {
   int sm_count = 0, cc = 0;
-  bool configured[5] = {false, false, false, false, false};  // per BlockScaledSm90Kernel variant
+  bool configured[kNumVariants] = {};  // per BlockScaledSm90Kernel variant: shared-memory size set
 };
 
 DeviceFacts* device_facts(int device) {
@@ -496,56 +643,18 @@ DeviceFacts* device_facts(int device) {
   return &f;
 }
 
-}  // namespace
+template <int kWGs>
+using KernelFn = void (*)(const KernelParams, const typename TileConfig<kWGs>::TmaA,
+                          const typename TileConfig<kWGs>::TmaB);
 
-static BlockScaledSm90Kernel block_scaled_sm90_env_default() {
-  static const BlockScaledSm90Kernel k = [] {
-    const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_KERNEL");
-    if (e && std::strcmp(e, "fast_promote") == 0) return BlockScaledSm90Kernel::FastPromote;
-    if (e && std::strcmp(e, "pipelined") == 0) return BlockScaledSm90Kernel::Pipelined;
-    if (e && std::strcmp(e, "pipelined_cvt") == 0) return BlockScaledSm90Kernel::PipelinedCvt;
-    if (e && std::strcmp(e, "pipelined_smem_epi") == 0) return BlockScaledSm90Kernel::PipelinedSmemEpi;
-    if (e && std::strcmp(e, "baseline") == 0) return BlockScaledSm90Kernel::Baseline;
-    // PipelinedCvt: on the H200 (2026-11-30, bench_gemm) 6-12% faster than the
-    // baseline on 5 of the 6 large Wan shapes (-1% on 14B ffn1), identical
-    // output (the bench's bit-for-bit probe), GPU tests passed.
-    return BlockScaledSm90Kernel::PipelinedCvt;
-  }();
-  return k;
-}
-
-const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel k) {
-  switch (k) {
-    case BlockScaledSm90Kernel::Default: return block_scaled_sm90_kernel_name(block_scaled_sm90_env_default());
-    case BlockScaledSm90Kernel::Baseline: return "baseline";
-    case BlockScaledSm90Kernel::FastPromote: return "fast_promote";
-    case BlockScaledSm90Kernel::Pipelined: return "pipelined";
-    case BlockScaledSm90Kernel::PipelinedCvt: return "pipelined_cvt";
-    case BlockScaledSm90Kernel::PipelinedSmemEpi: return "pipelined_smem_epi";
-  }
-  return "?";
-}
-
-Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream) {
-  return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::Default);
-}
-
-Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel) {
-  if (kernel == BlockScaledSm90Kernel::Default) kernel = block_scaled_sm90_env_default();
-  const int variant = int(kernel) - 1;
-  if (variant < 0 || variant > 4) return Status::InvalidArgument;
-  using KernelFn = void (*)(const KernelParams, const TmaType, const TmaType);
-  static constexpr KernelFn kKernels[5] = {
-      &int8_gemm_block_scaled_sm90_kernel<false, false>, &int8_gemm_block_scaled_sm90_kernel<true, false>,
-      &int8_gemm_block_scaled_sm90_kernel<true, true>, &int8_gemm_block_scaled_sm90_kernel<false, true>,
-      &int8_gemm_block_scaled_sm90_kernel<true, true, true>};
-  const int smem_bytes = variant == 4 ? int(sizeof(SharedStorageEpi)) : int(sizeof(SharedStorage));
-  const KernelFn fn = kKernels[variant];
-  if (Status s = int8_gemm_block_scaled_check(args); s != Status::Ok) return s;
+// Launches one variant (index `variant` into DeviceFacts::configured) of tile
+// config kWGs on checked arguments.
+template <int kWGs>
+Status launch_variant(KernelFn<kWGs> fn, int variant, int smem_bytes, const Int8GemmBlockScaledArgs& args,
+                      void* stream) {
+  using C = TileConfig<kWGs>;
   const Int8GemmOperands& op = args.op;
-  if (op.M == 0 || op.N == 0) return Status::Ok;
-  if (int8_gemm_cuda_supported(op, args.a_scale, args.w_scale) != Status::Ok) return Status::Unsupported;
-  if (op.M > (int64_t(1) << 31) - kBM || op.N > (int64_t(1) << 31) - kBN ||
+  if (op.M > (int64_t(1) << 31) - C::kBM || op.N > (int64_t(1) << 31) - kBN ||
       op.epilogue.rows_per_batch >= (int64_t(1) << 31))
     return Status::Unsupported;
 
@@ -570,7 +679,7 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
   p.M = int(op.M);
   p.N = int(op.N);
   p.K = int(op.K);
-  p.tiles_m = (p.M + kBM - 1) / kBM;
+  p.tiles_m = (p.M + C::kBM - 1) / C::kBM;
   p.tiles_n = (p.N + kBN - 1) / kBN;
   p.ktiles = (p.K + kBK - 1) / kBK;
   p.a_scale = args.a_scale;
@@ -591,13 +700,92 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
 
   const GmemLayout layout_a = make_layout(make_shape(p.M, p.K), make_stride(op.lda, _1{}));
   const GmemLayout layout_b = make_layout(make_shape(p.N, p.K), make_stride(op.ldw, _1{}));
-  const TmaType tma_a = make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.a), layout_a), SmemLayoutA{}(_, _, 0));
-  const TmaType tma_b = make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.w), layout_b), SmemLayoutB{}(_, _, 0));
+  const typename C::TmaA tma_a =
+      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.a), layout_a), typename C::SmemLayoutA{}(_, _, 0));
+  const typename C::TmaB tma_b =
+      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.w), layout_b), typename C::SmemLayoutB{}(_, _, 0));
 
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int grid = int(tiles < sm_count ? tiles : sm_count);
-  fn<<<grid, kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b);
+  fn<<<grid, C::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b);
   return cudaPeekAtLastError() == cudaSuccess ? Status::Ok : Status::LaunchFailed;
+}
+
+}  // namespace
+
+static BlockScaledSm90Kernel block_scaled_sm90_env_default() {
+  static const BlockScaledSm90Kernel k = [] {
+    const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_KERNEL");
+    if (e && std::strcmp(e, "fast_promote") == 0) return BlockScaledSm90Kernel::FastPromote;
+    if (e && std::strcmp(e, "pipelined") == 0) return BlockScaledSm90Kernel::Pipelined;
+    if (e && std::strcmp(e, "pipelined_cvt") == 0) return BlockScaledSm90Kernel::PipelinedCvt;
+    if (e && std::strcmp(e, "pipelined_smem_epi") == 0) return BlockScaledSm90Kernel::PipelinedSmemEpi;
+    if (e && std::strcmp(e, "pipelined_smem_scales") == 0) return BlockScaledSm90Kernel::PipelinedSmemScales;
+    if (e && std::strcmp(e, "three_consumers") == 0) return BlockScaledSm90Kernel::ThreeConsumers;
+    if (e && std::strcmp(e, "three_consumers_fast") == 0) return BlockScaledSm90Kernel::ThreeConsumersFastCvt;
+    if (e && std::strcmp(e, "baseline") == 0) return BlockScaledSm90Kernel::Baseline;
+    // PipelinedCvt: on the H200 (2026-11-30, bench_gemm) 6-12% faster than the
+    // baseline on 5 of the 6 large Wan shapes (-1% on 14B ffn1), identical
+    // output (the bench's bit-for-bit probe), GPU tests passed.
+    return BlockScaledSm90Kernel::PipelinedCvt;
+  }();
+  return k;
+}
+
+const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel k) {
+  switch (k) {
+    case BlockScaledSm90Kernel::Default: return block_scaled_sm90_kernel_name(block_scaled_sm90_env_default());
+    case BlockScaledSm90Kernel::Baseline: return "baseline";
+    case BlockScaledSm90Kernel::FastPromote: return "fast_promote";
+    case BlockScaledSm90Kernel::Pipelined: return "pipelined";
+    case BlockScaledSm90Kernel::PipelinedCvt: return "pipelined_cvt";
+    case BlockScaledSm90Kernel::PipelinedSmemEpi: return "pipelined_smem_epi";
+    case BlockScaledSm90Kernel::PipelinedSmemScales: return "pipelined_smem_scales";
+    case BlockScaledSm90Kernel::ThreeConsumers: return "three_consumers";
+    case BlockScaledSm90Kernel::ThreeConsumersFastCvt: return "three_consumers_fast";
+  }
+  return "?";
+}
+
+Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream) {
+  return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::Default);
+}
+
+Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel) {
+  if (kernel == BlockScaledSm90Kernel::Default) kernel = block_scaled_sm90_env_default();
+  const int variant = int(kernel) - 1;
+  if (variant < 0 || variant >= kNumVariants) return Status::InvalidArgument;
+  if (Status s = int8_gemm_block_scaled_check(args); s != Status::Ok) return s;
+  const Int8GemmOperands& op = args.op;
+  if (op.M == 0 || op.N == 0) return Status::Ok;
+  if (int8_gemm_cuda_supported(op, args.a_scale, args.w_scale) != Status::Ok) return Status::Unsupported;
+
+  // template arguments: <kFastCvt, kDoubleAcc, kSmemEpi, kSmemScales, kWGs>
+  constexpr int kSmem2 = int(sizeof(Cfg2::Storage));
+  switch (kernel) {
+    case BlockScaledSm90Kernel::Baseline:
+      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<false, false>, variant, kSmem2, args, stream);
+    case BlockScaledSm90Kernel::FastPromote:
+      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<true, false>, variant, kSmem2, args, stream);
+    case BlockScaledSm90Kernel::Pipelined:
+      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<true, true>, variant, kSmem2, args, stream);
+    case BlockScaledSm90Kernel::PipelinedCvt:
+      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<false, true>, variant, kSmem2, args, stream);
+    case BlockScaledSm90Kernel::PipelinedSmemEpi:
+      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<true, true, true>, variant,
+                               int(sizeof(SharedStorageEpi)), args, stream);
+    case BlockScaledSm90Kernel::PipelinedSmemScales:
+      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<false, true, false, true, 2>, variant,
+                               int(sizeof(Cfg2::StorageScales)), args, stream);
+    case BlockScaledSm90Kernel::ThreeConsumers:
+      return launch_variant<3>(&int8_gemm_block_scaled_sm90_kernel<false, false, false, true, 3>, variant,
+                               int(sizeof(Cfg3::StorageScales)), args, stream);
+    case BlockScaledSm90Kernel::ThreeConsumersFastCvt:
+      return launch_variant<3>(&int8_gemm_block_scaled_sm90_kernel<true, false, false, true, 3>, variant,
+                               int(sizeof(Cfg3::StorageScales)), args, stream);
+    case BlockScaledSm90Kernel::Default: break;
+  }
+  return Status::InvalidArgument;
 }
 
 }  // namespace td::kernels

@@ -18,14 +18,24 @@ namespace td::kernels {
 //   PipelinedCvt Pipelined with the compiler's int32 -> fp32 conversion
 //   PipelinedSmemEpi  Pipelined + the epilogue staged through shared memory
 //                (coalesced 16-byte stores and residual loads)
+//   PipelinedSmemScales  PipelinedCvt with each K block's scales copied into
+//                shared memory by a producer warp beside the stage's TMA
+//   ThreeConsumers  tile 192 x 128 on three consumer warpgroups (one int32
+//                accumulator set each, compiler conversion), scales staged in
+//                shared memory as in PipelinedSmemScales
+//   ThreeConsumersFastCvt  ThreeConsumers with FastPromote's conversion
 // Default = the environment variable TURBODIFF_GEMM_SM90_BLOCK_KERNEL
-// (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi, read once per process), else
+// (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi |
+// pipelined_smem_scales | three_consumers | three_consumers_fast, read once per
+// process), else
 // PipelinedCvt (measured fastest on the Wan shapes, H200 2026-11-30).
 // The two-argument overload above runs Default.
 enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4,
-                                        PipelinedSmemEpi = 5 };
+                                        PipelinedSmemEpi = 5, PipelinedSmemScales = 6, ThreeConsumers = 7,
+                                        ThreeConsumersFastCvt = 8 };
 Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel);
-// "baseline", "fast_promote", "pipelined", "pipelined_cvt", "pipelined_smem_epi" (Default: what it resolves to).
+// "baseline", "fast_promote", "pipelined", "pipelined_cvt", "pipelined_smem_epi", "pipelined_smem_scales",
+// "three_consumers", "three_consumers_fast" (Default: what it resolves to).
 const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel kernel);
 #endif
 
