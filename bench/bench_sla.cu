@@ -22,9 +22,13 @@
 //     `sagesla_fused_prepare` (the same pre-pass writing the 64-token Q / smoothed-K
 //     block sums), `sagesla_fused_select` (Tiled score from those sums + radix top-k),
 //     `sagesla_fused_attend` (the sparse kernel alone on the prepared workspace),
-//     `sagesla_fused_total` (everything, linear K/V half on a second stream, as
-//     ops::sla fused with overlap: compare with `sagesla_total_radix_overlap`, the
-//     default), `sagesla_fused_total_serial` (the linear branch in line).
+//     `sagesla_fused_total` (everything, linear K/V half on a second stream and the
+//     Staged apply, as ops::sla fused with overlap: compare with
+//     `sagesla_total_radix_overlap`, the default), `sagesla_fused_total_serial`
+//     (the linear branch in line).
+//   The Staged linear apply (SlaLinearApply::Staged): `linear_staged` beside
+//     `linear` (whole branch, 128 x 64 problem), `sagesla_linear_apply_staged`
+//     beside `sagesla_linear_apply` (the Q half alone).
 // JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
 #include <cuda_runtime.h>
 
@@ -184,6 +188,17 @@ int main(int argc, char** argv) {
             td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws, lin_bytes,
                                              stream);
           });
+        {  // the Staged linear apply (SlaLinearApply::Staged), beside `linear`
+          SlaProblem ps = p;
+          ps.linear_apply = td::kernels::SlaLinearApply::Staged;
+          if (check(td::kernels::sla_linear_add_cuda(ps, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws,
+                                                     lin_bytes, stream),
+                    "linear_staged"))
+            record("linear_staged", [&](int) {
+              td::kernels::sla_linear_add_cuda(ps, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws,
+                                               lin_bytes, stream);
+            });
+        }
         auto total = [&](int) {
           td::kernels::sla_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, nullptr, nullptr, nullptr, ws,
                                 ws_bytes, stream);
@@ -287,6 +302,10 @@ int main(int argc, char** argv) {
           });
           record("sagesla_linear_apply",
                  [&](int) { td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream); });
+          SlaProblem pstaged = p;  // the Staged linear apply (SlaLinearApply::Staged)
+          pstaged.linear_apply = td::kernels::SlaLinearApply::Staged;
+          record("sagesla_linear_apply_staged",
+                 [&](int) { td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream); });
           SlaProblem pt = pr;  // the Tiled score GEMM (+ radix top-k)
           pt.score_kernel = td::kernels::SlaScoreKernel::Tiled;
           record("sagesla_select_tiled",
@@ -329,13 +348,13 @@ int main(int argc, char** argv) {
                 select();
                 attend();
                 td::kernels::sla_stream_wait(stream, aux, join_ev);
-                td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream);
+                td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream);
               });
               record("sagesla_fused_total_serial", [&](int) {
                 prepare(sums);
                 select();
                 attend();
-                td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
+                td::kernels::sla_linear_add_cuda(pstaged, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
                                                  lin_bytes, stream);
               });
             }

@@ -67,8 +67,11 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   p.feature_map = options.feature_map;
   p.topk_algo = options.topk_algo;
   p.score_kernel = options.score_kernel;
-  if (p.score_kernel == kernels::SlaScoreKernel::Auto && options.fused.value_or(false))
-    p.score_kernel = kernels::SlaScoreKernel::Tiled;
+  p.linear_apply = options.linear_apply;
+  if (options.fused.value_or(false)) {
+    if (p.score_kernel == kernels::SlaScoreKernel::Auto) p.score_kernel = kernels::SlaScoreKernel::Tiled;
+    if (p.linear_apply == kernels::SlaLinearApply::Auto) p.linear_apply = kernels::SlaLinearApply::Staged;
+  }
   return p;
 }
 

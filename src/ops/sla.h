@@ -35,6 +35,10 @@ struct SlaOptions {
   // scores bit for bit, ~7x faster by FMA count); Auto: TD_SLA_SCORE=tiled or
   // TD_SLA_FUSED=1 picks Tiled.
   kernels::SlaScoreKernel score_kernel = kernels::SlaScoreKernel::Auto;
+  // CUDA linear branch's Q half: Warp (default) or Staged (o prefetched with Q,
+  // 8-lane φ rows, 16-byte stores; kernels/sla/sla.h); Auto:
+  // TD_SLA_LINEAR_APPLY=staged or TD_SLA_FUSED=1 picks Staged.
+  kernels::SlaLinearApply linear_apply = kernels::SlaLinearApply::Auto;
   // sagesla on CUDA: the fused pipeline (variant beside the default, issue 6):
   // the sage quantize pass also writes the 64-token block sums of Q and of
   // smoothed K from the loads that quantize them, block selection pools from
@@ -42,8 +46,8 @@ struct SlaOptions {
   // sage attention kernel on the already-quantized workspace; the linear
   // branch as without it (overlap_linear). Unset: TD_SLA_FUSED=1 turns it on.
   // Its LUT can differ from the default's only at fp32 near-ties (other
-  // summation orders of the same pooled means). Also makes `sla` (128 x 64)
-  // use the Tiled score GEMM.
+  // summation orders of the same pooled means). Also picks the Tiled score
+  // GEMM and the Staged linear apply (for `sla` (128 x 64) too) where those are Auto.
   std::optional<bool> fused;
 };
 

@@ -435,6 +435,80 @@ TEST(SlaGpu, LinearBranchMatchesTheReferenceAndIsDeterministic) {
   }
 }
 
+// The Staged linear apply (SlaLinearApply::Staged) against the CPU reference
+// (proj_l = identity onto a zero o: rel L2 <= 1e-2, cosine >= 0.9999, the
+// Warp variant's bar), the same bits on a second run, and against the Warp
+// variant onto a random o_s with a random proj_l (rel L2 <= 2e-3: the same
+// formula, φ's row sums in another order, so at most last-place differences
+// in a few bf16 outputs), through the one-call and the two-half entry points.
+TEST(SlaGpu, LinearBranchStagedApplyMatchesTheReference) {
+  TD_REQUIRE_GPU();
+  struct C {
+    int64_t B, L, H, D;
+    SlaFeatureMap fm;
+    bool bhld;
+  };
+  for (const C& c : {C{1, 1000, 2, 128, SlaFeatureMap::Softmax, false}, C{2, 1537, 2, 64, SlaFeatureMap::Elu, true},
+                     C{1, 77, 3, 128, SlaFeatureMap::Relu, false}, C{1, 20000, 2, 128, SlaFeatureMap::Softmax, true},
+                     C{1, 5, 1, 64, SlaFeatureMap::Softmax, false}, C{1, 4133, 3, 64, SlaFeatureMap::Softmax, false}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " fm " << int(c.fm));
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 128, 64, c.fm);
+    const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, 0.1, 128, 64, c.fm);
+    std::vector<float> eye(size_t(c.D * c.D), 0.f);
+    for (int64_t i = 0; i < c.D; ++i) eye[size_t(i * c.D + i)] = 1.f;
+    const Tensor w = Tensor::from_f32({c.D, c.D}, eye).to(Device::cuda(0));
+    const Tensor bias = Tensor::zeros({c.D}, DType::F32, Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    test::poison(ws);
+    pd.linear_apply = kernels::SlaLinearApply::Staged;
+    std::vector<Tensor> outs;
+    for (int run = 0; run < 2; ++run) {
+      Tensor o = Tensor::zeros({c.B, c.L, c.H, c.D}, DType::BF16, Device::cuda(0));
+      ASSERT_EQ(kernels::sla_linear_add_cuda(pd, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                             bias.raw_data(), kernels::ElemType::F32, o.raw_data(), ws.raw_data(),
+                                             ws_bytes, cuda::current_stream()),
+                Status::Ok)
+          << kernels::sla_last_error();
+      outs.push_back(o.to(Device::cpu()));
+    }
+    Tensor ref = Tensor::empty({c.B, c.L, c.H, c.D}, DType::F32);
+    ASSERT_EQ(kernels::sla_linear_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), in.vh.data<float>(),
+                                      ref.data<float>()),
+              Status::Ok);
+    const auto acc = test::compare(outs[0], ref);
+    std::printf("linear staged L%lld D%lld fm %d: %s\n", (long long)c.L, (long long)c.D, int(c.fm), acc.str().c_str());
+    TD_EXPECT_CLOSE(acc, kMaxRelL2, 0.9999);
+    EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[1].raw_data(), size_t(outs[0].numel()) * 2), 0)
+        << "two runs on the same input differ";
+    // Onto a random o_s with a random proj_l: Staged (two halves) against Warp (one call).
+    const Tensor wr = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor br = test::randn_tensor({c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor o0 = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16).to(Device::cuda(0));
+    Tensor ow = o0.clone(), os = o0.clone();
+    SlaProblem pw = pd;
+    pw.linear_apply = kernels::SlaLinearApply::Warp;
+    ASSERT_EQ(kernels::sla_linear_add_cuda(pw, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), wr.raw_data(),
+                                           br.raw_data(), kernels::ElemType::F32, ow.raw_data(), ws.raw_data(), ws_bytes,
+                                           cuda::current_stream()),
+              Status::Ok)
+        << kernels::sla_last_error();
+    ASSERT_EQ(kernels::sla_linear_prepare_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), wr.raw_data(), br.raw_data(),
+                                               kernels::ElemType::F32, ws.raw_data(), ws_bytes, cuda::current_stream()),
+              Status::Ok)
+        << kernels::sla_last_error();
+    ASSERT_EQ(kernels::sla_linear_apply_cuda(pd, in.qd.raw_data(), os.raw_data(), ws.raw_data(), ws_bytes,
+                                             cuda::current_stream()),
+              Status::Ok)
+        << kernels::sla_last_error();
+    const auto acc2 = test::compare(os, ow);
+    std::printf("linear staged vs warp onto o_s, L%lld D%lld: %s\n", (long long)c.L, (long long)c.D,
+                acc2.str().c_str());
+    TD_EXPECT_CLOSE(acc2, 2e-3, 0.99999);
+  }
+}
+
 // The linear branch in two halves (prepare: K/V; apply: Q and o) equals the
 // one-call branch bit for bit, including with the prepare half on a second
 // stream forked / joined with events (the overlapped SageSLA path).

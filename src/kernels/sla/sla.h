@@ -65,6 +65,18 @@ enum class SlaTopkAlgo { Auto, Bitonic, Radix };
 // environment has TD_SLA_SCORE=tiled or TD_SLA_FUSED=1, else Simple.
 enum class SlaScoreKernel { Auto, Simple, Tiled };
 
+// The CUDA linear branch's Q half (linear_apply: o += φ(Q)·M / den + bias).
+// Warp (the default; 0.27 ms at 1x12x32760 on the H200 against a ~0.09 ms
+// floor of 300 MB): a warp per φ row (10 dependent shuffles each, 16 rows one
+// after the other per warp), o read-modified-written 4 bytes at a time from the
+// mma fragments after everything else. Staged: 8 lanes per φ row (4 rows at once
+// per warp, 6 shuffles each), the o tile fetched by cp.async together with Q
+// (its latency hidden behind φ and the mma), the sum formed in shared memory and
+// stored in 16-byte rows. Same formula; φ's row sums in another order, so the
+// bits may differ from Warp's in the last place. Auto: Staged when the
+// environment has TD_SLA_LINEAR_APPLY=staged or TD_SLA_FUSED=1, else Warp.
+enum class SlaLinearApply { Auto, Warp, Staged };
+
 struct SlaProblem {
   int64_t batch = 0, heads = 0, len = 0, head_dim = 0;
   AttnStrides q, k, v, o;
@@ -74,6 +86,7 @@ struct SlaProblem {
   SlaFeatureMap feature_map = SlaFeatureMap::Softmax;
   SlaTopkAlgo topk_algo = SlaTopkAlgo::Auto;  // CUDA block selection only
   SlaScoreKernel score_kernel = SlaScoreKernel::Auto;  // CUDA block selection only
+  SlaLinearApply linear_apply = SlaLinearApply::Auto;  // CUDA linear branch only
 
   int64_t query_blocks() const { return (len + block_q - 1) / block_q; }
   int64_t key_blocks() const { return (len + block_k - 1) / block_k; }

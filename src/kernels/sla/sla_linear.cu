@@ -21,6 +21,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/sla/sla.h"
@@ -368,6 +370,187 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_kernel(const LinPa
   }
 }
 
+// The Staged variant of linear_apply (SlaLinearApply::Staged). Same CTA shape
+// (128 rows, 8 warps of 16 rows) and the same mma part; what changes:
+//   - the o tile (128 x D bf16) is fetched by cp.async in a second group right
+//     after Q and M, so its read overlaps φ and the mma instead of following them;
+//   - φ(Q): 8 lanes per row (D/8 channels each, whole 16-byte chunks), 4 rows of
+//     the warp at once, 3 + 3 (+ 3 for den) shuffles within the 8 lanes instead of
+//     a warp per row with 5 + 5 (+ 5) shuffles, 16 rows in 4 steps instead of 16;
+//   - epilogue: o_s + acc / den + bias formed in the shared o tile (the mma
+//     fragment layout, conflict-free in the swizzle), then each warp stores its
+//     16 rows as 16-byte chunks (whole 32-byte sectors; the Warp variant's 4-byte
+//     read-modify-write of fragments touches each sector twice).
+// Shared memory: Q 32 KB + M 32 KB + o 32 KB (D = 128) -> 2 CTAs per SM, as the
+// Warp variant's 101 registers already allow.
+// Predicted (H200, 1x12x32760, D 128): Q 100 MB + o 100 MB read, o 100 MB
+// written, M re-read from L2 (3072 CTAs x 32 KB); at ~3.3 TB/s ~0.09-0.11 ms
+// (the Warp variant: 0.27 ms measured).
+template <int D>
+struct StagedApplyTraits {
+  static constexpr int kQBytes = kApplyRows * D * 2;
+  static constexpr int kMBytes = D * D * 2;
+  static constexpr int kOBytes = kApplyRows * D * 2;
+  static constexpr int kSmemBytes = kQBytes + kMBytes + kOBytes + 2 * D * 4 + kApplyRows * 4;
+};
+
+// φ over one row held kPer = D/8 values per lane by 8 lanes (a lane group of a
+// warp; xor shuffles 1, 2, 4 stay inside the group). FM: 0 softmax, 1 elu+1, 2 relu.
+template <int kPer, int FM>
+__device__ __forceinline__ void feature_map8(float (&x)[kPer]) {
+  if constexpr (FM == 0) {
+    float m = x[0];
+#pragma unroll
+    for (int e = 1; e < kPer; ++e) m = fmaxf(m, x[e]);
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) s += (x[e] = __expf(x[e] - m));
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float inv = 1.f / s;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) x[e] *= inv;
+  } else if constexpr (FM == 1) {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) x[e] = x[e] > 0.f ? x[e] + 1.f : __expf(x[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) x[e] = fmaxf(x[e], 0.f);
+  }
+}
+
+template <int D, int FM>
+__global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(const LinParams p) {
+  using T = StagedApplyTraits<D>;
+  constexpr int kChunks = D / 8, kPer = D / 8, kLaneChunks = kPer / 8;  // 16-byte chunks per lane: 2 (D 128) or 1
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sq = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t sm = sq + T::kQBytes;
+  const uint32_t so = sm + T::kMBytes;
+  float* ksum_s = reinterpret_cast<float*>(smem + T::kQBytes + T::kMBytes + T::kOBytes);
+  float* bias_s = ksum_s + D;
+  float* den_s = bias_s + D;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int q0 = blockIdx.x * kApplyRows, h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const int valid = p.len - q0;
+  __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head + int64_t(q0) * p.os.token;
+
+  load_tile<D, kApplyRows, kApplyThreads>(
+      sq, p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + int64_t(q0) * p.qs.token, p.qs.token, valid, tid);
+  load_tile<D, D, kApplyThreads>(sm, p.ws.m + bh * D * D, D, D, tid);
+  cp_async_commit();
+  load_tile<D, kApplyRows, kApplyThreads>(so, og, p.os.token, valid, tid);
+  cp_async_commit();
+  for (int c = tid; c < D; c += kApplyThreads) {
+    ksum_s[c] = p.ws.ksum[bh * D + c];
+    bias_s[c] = p.ws.bias[c];
+  }
+  cp_async_wait<1>();  // Q and M landed; o may still be in flight
+  __syncthreads();
+
+  // φ(Q) in place, 4 rows of the warp's 16 at a time: lane group g = lane / 8
+  // takes row warp·16 + 4·step + g, lane sub = lane % 8 its chunks sub·kLaneChunks...
+  const int g = lane / 8, sub = lane % 8;
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+    const int r = warp * 16 + step * 4 + g;
+    float x[kPer];
+#pragma unroll
+    for (int u = 0; u < kLaneChunks; ++u) {
+      uint4 w;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                   : "r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)));
+      const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[u * 8 + 2 * i] = __low2float(v[i]);
+        x[u * 8 + 2 * i + 1] = __high2float(v[i]);
+      }
+    }
+    feature_map8<kPer, FM>(x);
+    float d = 0.f;
+#pragma unroll
+    for (int u = 0; u < kLaneChunks; ++u) {
+      uint4 w;
+      uint32_t* wp = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
+        wp[i] = *reinterpret_cast<const uint32_t*>(&v);
+        const int c = (sub * kLaneChunks + u) * 8 + 2 * i;
+        d = fmaf(__low2float(v), ksum_s[c], d);  // den from the rounded φ, as the mma sees it
+        d = fmaf(__high2float(v), ksum_s[c + 1], d);
+      }
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)),
+                   "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
+                   : "memory");
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+    if (sub == 0) den_s[r] = d + 1e-5f;
+  }
+  __syncwarp();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    {
+      const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4(a, sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+      uint32_t mb[4];
+      ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
+      mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
+      mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
+    }
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();  // the o tile landed (every thread's copies)
+  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
+  const float inv0 = 1.f / den_s[r0], inv1 = 1.f / den_s[r1];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) {
+    const int col = t * 8 + (lane & 3) * 2;
+    const uint32_t cb = uint32_t((lane & 3) * 4);
+    const uint32_t a0 = so + swizzle<kChunks>(r0, t) + cb, a1 = so + swizzle<kChunks>(r1, t) + cb;
+    uint32_t w0, w1;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(a0));
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(a1));
+    const float2 o0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w0));
+    const float2 o1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w1));
+    const __nv_bfloat162 n0 = __floats2bfloat162_rn(o0.x + fmaf(acc[t][0], inv0, bias_s[col]),
+                                                    o0.y + fmaf(acc[t][1], inv0, bias_s[col + 1]));
+    const __nv_bfloat162 n1 = __floats2bfloat162_rn(o1.x + fmaf(acc[t][2], inv1, bias_s[col]),
+                                                    o1.y + fmaf(acc[t][3], inv1, bias_s[col + 1]));
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(*reinterpret_cast<const uint32_t*>(&n0)) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(*reinterpret_cast<const uint32_t*>(&n1)) : "memory");
+  }
+  __syncwarp();  // the warp's 16 rows are complete in shared memory
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    const int idx = i * 32 + lane, rr = idx / kChunks, chunk = idx % kChunks;
+    const int row = warp * 16 + rr;
+    if (row < valid) {
+      uint4 w;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                   : "r"(so + swizzle<kChunks>(row, chunk)));
+      *reinterpret_cast<uint4*>(og + int64_t(row) * p.os.token + chunk * 8) = w;
+    }
+  }
+}
+
 Status launch_error(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok;
@@ -376,6 +559,17 @@ Status launch_error(const char* what) {
 }
 
 constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; linear_apply
+
+// SlaLinearApply::Auto -> Staged when TD_SLA_LINEAR_APPLY=staged or TD_SLA_FUSED=1
+// (read per call, for A/B runs), else Warp.
+bool use_staged_apply(const SlaProblem& p) {
+  if (p.linear_apply != SlaLinearApply::Auto) return p.linear_apply == SlaLinearApply::Staged;
+  const char* apply = std::getenv("TD_SLA_LINEAR_APPLY");
+  if (apply && std::strcmp(apply, "staged") == 0) return true;
+  if (apply && std::strcmp(apply, "warp") == 0) return false;
+  const char* fused = std::getenv("TD_SLA_FUSED");
+  return fused && std::strcmp(fused, "1") == 0;
+}
 
 template <int D, int FM>
 Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
@@ -398,6 +592,16 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
   }
   if (!(phases & kPhaseApply)) return Status::Ok;
+  if (use_staged_apply(sp)) {
+    auto kernel = linear_apply_staged_kernel<D, FM>;
+    constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
+    kernel<<<dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)), kApplyThreads, smem, st>>>(p);
+    return launch_error("linear_apply_staged");
+  }
   {
     auto kernel = linear_apply_kernel<D, FM>;
     constexpr int smem = ApplyTraits<D>::kSmemBytes;
