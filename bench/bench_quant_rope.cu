@@ -101,12 +101,14 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         check(quantize_block128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_block128_cuda");
       }, stream),
       quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
-  // quant_token128: the default kernel (Items4); _items8 / _items4_idx32: the variants.
-  for (Token128QuantKernel v :
-       {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32, Token128QuantKernel::Items4Idx32})
+  // quant_token128: Items4 (the first kernel); _items8 / _items4_idx32 (Auto's
+  // choice since 2026-11-30) / _items4_idx32_lane: the variants.
+  for (Token128QuantKernel v : {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32,
+                                Token128QuantKernel::Items4Idx32, Token128QuantKernel::Items4Idx32Lane})
     ops[v == Token128QuantKernel::Items4        ? "quant_token128"
         : v == Token128QuantKernel::Items8Idx32 ? "quant_token128_items8"
-                                                : "quant_token128_items4_idx32"] = result(
+        : v == Token128QuantKernel::Items4Idx32 ? "quant_token128_items4_idx32"
+                                                : "quant_token128_items4_idx32_lane"] = result(
         td::bench::time_cuda([&](int i) {
           check(quantize_token128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, M, stream, v),
                 "quantize_token128_cuda");
@@ -118,11 +120,13 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
       }, stream),
       quant_bytes + 4.0 * double(M), copy_gbps);
   // Every rows-per-CTA variant side by side: ln_mod_quant_token128 is the
-  // default (one row per CTA), _rows2 / _rows4 the LnQuantTokenRows variants.
-  for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four}) {
-    const char* key = v == LnQuantTokenRows::One   ? "ln_mod_quant_token128"
-                      : v == LnQuantTokenRows::Two ? "ln_mod_quant_token128_rows2"
-                                                   : "ln_mod_quant_token128_rows4";
+  // default (one row per CTA), _rows2 / _rows4 / _teams the LnQuantTokenRows variants.
+  for (LnQuantTokenRows v :
+       {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four, LnQuantTokenRows::WarpTeams}) {
+    const char* key = v == LnQuantTokenRows::One    ? "ln_mod_quant_token128"
+                      : v == LnQuantTokenRows::Two  ? "ln_mod_quant_token128_rows2"
+                      : v == LnQuantTokenRows::Four ? "ln_mod_quant_token128_rows4"
+                                                    : "ln_mod_quant_token128_teams";
     ops[key] = result(
         td::bench::time_cuda([&](int i) {
           check(layernorm_modulate_quant_token128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,

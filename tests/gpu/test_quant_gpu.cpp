@@ -224,6 +224,20 @@ TEST(QuantGpu, Token128Items4Idx32BitIdenticalToReference) {
   g_token128_kernel = Token128QuantKernel::Items4;
 }
 
+// The Items4Idx32Lane token128 variant (one division pair per lane, PRMT
+// packing): the same shapes and paths, Wan 1.3B's and a 14B-wide slice;
+// bit-identical like the default.
+TEST(QuantGpu, Token128Items4Idx32LaneBitIdenticalToReference) {
+  TD_REQUIRE_GPU();
+  g_token128_kernel = Token128QuantKernel::Items4Idx32Lane;
+  check_standalone(Fmt::Token128);
+  const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);
+  compare_standalone(Fmt::Token128, wan13, 1536, 32760, 0, "token128 items4 idx32 lane bf16 32760x1536");
+  const Input wan14 = make_input(ElemType::BF16, 1001, 5120, 5120, 0, 1, true);
+  compare_standalone(Fmt::Token128, wan14, 5120, 1001, 0, "token128 items4 idx32 lane bf16 1001x5120");
+  g_token128_kernel = Token128QuantKernel::Items4;
+}
+
 TEST(QuantGpu, WanSizedBitIdenticalToReference) {
   TD_REQUIRE_GPU();
   const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);
@@ -383,9 +397,10 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                   LnQuantTokenRows token_rows = LnQuantTokenRows::One) {
   TD_REQUIRE_GPU();
   const std::string name = std::string("ln_modulate_quant ") + fmt_name(f) +
-                           (f == Fmt::Token128 ? (token_rows == LnQuantTokenRows::Two    ? " 2 rows/CTA"
-                                                  : token_rows == LnQuantTokenRows::Four ? " 4 rows/CTA"
-                                                                                         : "")
+                           (f == Fmt::Token128 ? (token_rows == LnQuantTokenRows::Two         ? " 2 rows/CTA"
+                                                  : token_rows == LnQuantTokenRows::Four      ? " 4 rows/CTA"
+                                                  : token_rows == LnQuantTokenRows::WarpTeams ? " warp teams"
+                                                                                              : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
                                                                       : " auto");
@@ -420,6 +435,26 @@ TEST(LnModulateQuantGpu, Token128TwoRowsAgainstReference) {
 }
 TEST(LnModulateQuantGpu, Token128FourRowsAgainstReference) {
   check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Four);
+}
+// The persistent warp-team token128 variant (LnQuantTokenRows::WarpTeams):
+// the cases above (1-warp teams at 64, 200, 1000, 1536; 2 warps at 4096; 4 at
+// 5120; samples changing inside a CTA's run of rows, so rows whose
+// parameters come from global memory rather than the staged copy), plus the
+// widest rows it takes (6144: 4 warps x 6 packs, 48 KB of staged
+// parameters), 3072 (2 warps x 6), a 2-row sample split over many CTAs, and
+// 8960 (wider than it takes: the one-row kernel runs). Same bars as the
+// default: the variant sums the statistics in another order.
+TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
+  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::WarpTeams);
+  constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2}, {19, 8960, 7}};
+  for (ElemType t : kActTypes)
+    for (const LnCase& lc : kExtra) {
+      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+      check_ln(Fmt::Token128, p,
+               std::string("ln_modulate_quant token128 warp teams ") + type_name(t) + " " + std::to_string(lc.rows) +
+                   "x" + std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
+               LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::WarpTeams);
+    }
 }
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }

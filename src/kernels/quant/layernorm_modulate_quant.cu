@@ -276,18 +276,330 @@ __global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_rows_ker
   }
 }
 
+// LnQuantTokenRows::WarpTeams (variant beside the kernels above): a
+// persistent kernel built to cut instructions per byte, the profile having
+// shown the one-row kernel issue-bound (80% of issue slots at 2.1 TB/s, ~37
+// instructions per element where HBM speed leaves ~26 at 100% issue).
+//  * A row belongs to a team of 1, 2 or 4 warps (1536: 1 warp x 6 packs per
+//    lane; 5120: 4 x 5; 4096: 2 x 8); a 256-thread CTA runs 8 / team_warps
+//    teams over a contiguous run of rows, the grid one whole wave
+//    (SMs x resident CTAs), so per-CTA setup is paid once per ~60 rows.
+//  * The CTA's sample's 1 + scale and shift (fp32, 8 bytes per column) are
+//    staged once in shared memory (16-byte LDS instead of per-row __ldg
+//    through L1 plus the 1 + scale add per element); a row of another sample
+//    (only in a CTA whose run of rows crosses a sample boundary) reads them
+//    from global memory as the default kernel does.
+//  * Statistics: the exact two-pass (centered) variance inside a warp by
+//    shuffles; a multi-warp team combines the warps' (sum, M2) once through
+//    shared memory with Chan's formula, M2 = sum_w M2_w + n_w (mean_w -
+//    mean)^2 (one named barrier per row instead of two).
+//  * Quantization parameters: after the group amax (4 xor shuffles per
+//    slot), lane j of a half-warp computes the two IEEE divisions of slot j
+//    only, and the inverse goes back by one shuffle per slot: one division
+//    pair per lane per row instead of one per slot (each division is a
+//    ~10-instruction sequence: ~2.5 instructions per element in the default).
+//  * The next row's 16-byte loads are issued before the current row is
+//    processed (2 rows of x in flight per team: ~96 KB per SM at 1536).
+// Arithmetic per element as in the default kernel (same y formula, codes by
+// cvt.rni.sat.s8 of one rounded product, scales from the same IEEE
+// divisions); only the order of the statistics' sums differs, so mean/rstd
+// (and through them y) may differ by an ulp: codes +-1 near ties, within the
+// existing LnModulateQuantGpu tolerances (not bit-identical to the default).
+// Counted per bf16 element: unpack 1, sum 1, centered square 2, modulate 3,
+// |y| max 1, group max 1, product + cvt 2, byte packing 0.75, LDS of the
+// parameters 0.5, LDG/STG 0.25, per-row statistics / divisions / loop
+// ~1.5: ~14 instructions per element against ~26 available at 4 TB/s
+// (3 bytes per element, 132 SMs, 4 issue slots per clock), i.e. ~55% issue.
+// Predicted: HBM-bound, 88-93% of copy at both Wan shapes (from 59-60%).
+constexpr int kTeamCtaThreads = 256;
+constexpr int kTeamMaxWarps = 4;
+constexpr int kTeamMaxDim = 6144;  // 2 x (<= 768 slots x 8) fp32 parameters in shared memory: <= 48 KB
+constexpr int kTeamSmemOptIn = 64 * 1024;
+
+__device__ __forceinline__ int64_t sample_of(int64_t r, int64_t rows_per_batch) {
+  return (r <= int64_t(UINT32_MAX) && rows_per_batch <= int64_t(UINT32_MAX))
+             ? int64_t(uint32_t(r) / uint32_t(rows_per_batch))
+             : r / rows_per_batch;
+}
+
+// Elements of warp w of a team of `threads` (pack p = t + j * threads).
+template <int V>
+__device__ __forceinline__ int team_warp_elems(int w, int threads, int packs) {
+  int n = 0;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int left = packs - (w * 32 + j * threads);
+    n += left <= 0 ? 0 : (left > 32 ? 32 : left);
+  }
+  return 8 * n;
+}
+
+// y of a team row in place of f, and each slot's group amax; parameters of
+// pack p from shared memory (the CTA's sample) or, kShared false, from global
+// memory as the default kernel reads them.
+template <bool kShared, int V>
+__device__ __forceinline__ void team_modulate(float (&f)[V][8], float (&amax)[V], float mean, float rstd, int t,
+                                              int threads, int packs, const float* sc1_s, const float* sh_s,
+                                              const float* scale_g, const float* shift_g) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = t + j * threads;
+    float m = 0.f;
+    // Shared parameters are zero past the row: y = fma(., 0, 0) = 0 there, no test needed.
+    if (kShared || p < packs) {
+      float sc1[8], sh[8];
+      if constexpr (kShared) {
+        const float4 s0 = reinterpret_cast<const float4*>(sc1_s + p * 8)[0];
+        const float4 s1 = reinterpret_cast<const float4*>(sc1_s + p * 8)[1];
+        const float4 h0 = reinterpret_cast<const float4*>(sh_s + p * 8)[0];
+        const float4 h1 = reinterpret_cast<const float4*>(sh_s + p * 8)[1];
+        sc1[0] = s0.x, sc1[1] = s0.y, sc1[2] = s0.z, sc1[3] = s0.w, sc1[4] = s1.x, sc1[5] = s1.y, sc1[6] = s1.z,
+        sc1[7] = s1.w;
+        sh[0] = h0.x, sh[1] = h0.y, sh[2] = h0.z, sh[3] = h0.w, sh[4] = h1.x, sh[5] = h1.y, sh[6] = h1.z,
+        sh[7] = h1.w;
+      } else {
+        load_params8(scale_g + p * 8, sc1);
+        load_params8(shift_g + p * 8, sh);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sc1[e] = 1.f + sc1[e];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        f[j][e] = fmaf((f[j][e] - mean) * rstd, sc1[e], sh[e]);
+        m = fmaxf(m, fabsf(f[j][e]));
+      }
+    }
+    amax[j] = group_max<16>(m);  // every lane takes part
+  }
+}
+
+// kMultiWarp: teams of 2 or 4 warps (team_warps; 1 when false, compiled
+// without the shared-memory exchange).
+template <typename T, int V, bool kMultiWarp>
+__global__ void __launch_bounds__(kTeamCtaThreads, 2)
+    ln_mod_quant_token128_team_kernel(LnArgs a, int team_warps_arg, int64_t rows_per_cta) {
+  const int team_warps = kMultiWarp ? team_warps_arg : 1;
+  const int slots = 32 * team_warps * V;  // pack slots of a team; parameters zero-padded to slots * 8
+  extern __shared__ float4 team_param_words[];
+  float* const sc1_s = reinterpret_cast<float*>(team_param_words);  // 1 + scale of the CTA's sample
+  float* const sh_s = sc1_s + slots * 8;                             // shift of the CTA's sample
+  __shared__ float2 partials[2][kTeamCtaThreads / 32];               // (sum, M2) per warp, by row parity
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31u), lane16 = lane & 15;
+  const int threads = team_warps * 32, teams = kTeamCtaThreads / threads;
+  const int team = warp / team_warps, wt = warp % team_warps, t = wt * 32 + lane;
+  const int first_warp = team * team_warps;
+  const int packs = a.dim / 8;
+  const int64_t r_begin = int64_t(blockIdx.x) * rows_per_cta;
+  if (r_begin >= a.rows) return;  // uniform over the CTA, before any barrier
+  const int64_t r_end = a.rows - r_begin < rows_per_cta ? a.rows : r_begin + rows_per_cta;
+  const int64_t cta_sample = sample_of(r_begin, a.rows_per_batch);
+  {
+    const float4* sc = reinterpret_cast<const float4*>(a.scale + cta_sample * a.ld_mod);
+    const float4* sh = reinterpret_cast<const float4*>(a.shift + cta_sample * a.ld_mod);
+    for (int i = int(threadIdx.x); i < a.dim / 4; i += kTeamCtaThreads) {
+      float4 v = __ldg(sc + i);
+      v.x = 1.f + v.x, v.y = 1.f + v.y, v.z = 1.f + v.z, v.w = 1.f + v.w;  // the default's 1.f + sc, rounded once
+      reinterpret_cast<float4*>(sc1_s)[i] = v;
+      reinterpret_cast<float4*>(sh_s)[i] = __ldg(sh + i);
+    }
+    for (int i = a.dim / 4 + int(threadIdx.x); i < slots * 2; i += kTeamCtaThreads)
+      reinterpret_cast<float4*>(sc1_s)[i] = reinterpret_cast<float4*>(sh_s)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  __syncthreads();
+  const int my_elems = team_warp_elems<V>(wt, threads, packs);
+  const T* const x = static_cast<const T*>(a.x);
+
+  Pack8<T> next[V];
+  auto load_row = [&](int64_t r) {
+    const T* xr = x + r * a.ld_x;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int p = t + j * threads;
+      next[j] = p < packs ? load_pack(xr + p * 8) : zero_pack<T>();
+    }
+  };
+  // The next row's loads go out before this row is processed only where the
+  // registers allow it without spilling under the 128-register cap (<= 4
+  // 16-byte words per lane: not at Wan's 1536 (6 words) or 5120 (5 words)
+  // bf16 rows; there 16 resident warps per SM, each with 3 KB (1536) or
+  // 2.5 KB (5120) of loads per row, cover the latency: ~670 issue cycles of
+  // work per row and warp against ~1270 cycles per row and scheduler at
+  // 4 TB/s, so 4 warps per scheduler hide ~3000 cycles of load latency).
+  constexpr bool kPrefetch = V * Pack8<T>::kWords <= 4;
+  int64_t r = r_begin + team;
+  if (kPrefetch && r < r_end) load_row(r);
+#pragma unroll 1  // one row at a time: unrolled, two rows' registers would spill
+  for (int parity = 0; r < r_end; r += teams, parity ^= 1) {
+    if (!kPrefetch) load_row(r);
+    float f[V][8];
+#pragma unroll
+    for (int j = 0; j < V; ++j) unpack(next[j], f[j]);     // invalid packs are zeros
+    if (kPrefetch && r + teams < r_end) load_row(r + teams);  // in flight while this row is processed
+
+    // Statistics.
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += f[j][e];
+    s = warp_sum(s);
+    const float warp_mean = my_elems > 0 ? __fdiv_rn(s, float(my_elems)) : 0.f;
+    float m2 = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float pm = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float d = f[j][e] - warp_mean;
+        pm = fmaf(d, d, pm);
+      }
+      m2 += t + j * threads < packs ? pm : 0.f;  // one select per pack, not a branch
+    }
+    m2 = warp_sum(m2);
+    float mean, var;
+    if (!kMultiWarp) {
+      mean = warp_mean;  // s / dim: the warp holds the whole row
+      var = m2 / float(a.dim);
+    } else {
+      if (lane == 0) partials[parity][warp] = make_float2(s, m2);
+      asm volatile("bar.sync %0, %1;" ::"r"(team + 1), "r"(threads) : "memory");
+      float2 pw[kTeamMaxWarps];
+      float total = 0.f;
+#pragma unroll
+      for (int w = 0; w < kTeamMaxWarps; ++w)
+        if (w < team_warps) pw[w] = partials[parity][first_warp + w], total += pw[w].x;
+      mean = total / float(a.dim);
+      float m2_all = 0.f;
+#pragma unroll
+      for (int w = 0; w < kTeamMaxWarps; ++w) {
+        if (w < team_warps) {
+          const int n = team_warp_elems<V>(w, threads, packs);
+          if (n > 0) {
+            const float d = __fdiv_rn(pw[w].x, float(n)) - mean;
+            m2_all += fmaf(float(n) * d, d, pw[w].y);
+          }
+        }
+      }
+      var = m2_all / float(a.dim);
+    }
+    const float rstd = __fdiv_rn(1.f, __fsqrt_rn(var + a.eps));
+
+    // y in place of f, and the |y| maximum of each slot's 128-column group.
+    const int64_t b = sample_of(r, a.rows_per_batch);
+    float amax[V];
+    if (b == cta_sample)
+      team_modulate<true, V>(f, amax, mean, rstd, t, threads, packs, sc1_s, sh_s, nullptr, nullptr);
+    else
+      team_modulate<false, V>(f, amax, mean, rstd, t, threads, packs, nullptr, nullptr,
+                                     a.scale + b * a.ld_mod, a.shift + b * a.ld_mod);
+    // Lane j of each half-warp derives slot j's parameters; one shuffle per slot brings inv back.
+    float my_amax = amax[0];
+#pragma unroll
+    for (int j = 1; j < V; ++j)
+      if (lane16 == j) my_amax = amax[j];
+    const QuantParams qp = symmetric_params_dev(my_amax);
+    int8_t* const qrow = a.q + r * a.ld_q;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float inv = __shfl_sync(0xffffffffu, qp.inv, (lane & 16) | j);
+      const int p = t + j * threads;
+      if (p < packs) *reinterpret_cast<uint2*>(qrow + p * 8) = quantize8_prmt(f[j], inv);
+    }
+    if (lane16 < V) {
+      const int p0 = (t & ~15) + lane16 * threads;  // first pack of this lane's slot's group
+      if (p0 < packs) a.scales[int64_t(p0 >> 4) * a.ld_scales + r] = qp.scale;
+    }
+  }
+}
+
+// Team shape of the WarpTeams kernel for rows of `packs` packs: team_warps
+// in {1, 2, 4} and packs per lane in {2, .., 6} (V = 8 spills under the
+// 128-register cap and is never needed: dim <= 6144 fits 4 warps x 6), fewest
+// idle slots first, then (16-bit) fewer warps per team (no barrier) or (fp32,
+// 8 registers per pack) smaller V. Returns packs_per_thread == 0 where no
+// team fits (the caller runs the default kernel).
+RowPlan plan_team(int packs, bool f32) {
+  static constexpr int kVs[] = {2, 3, 4, 5, 6};
+  RowPlan best;
+  int best_idle = -1;
+  for (int tw : {1, 2, 4}) {
+    for (int v : kVs) {
+      if (f32 && v > 5) continue;
+      const int slots = 32 * tw * v;
+      if (slots < packs) continue;
+      const int idle = slots - packs;
+      const bool better = best_idle < 0 || idle < best_idle ||
+                          (idle == best_idle && f32 && v < best.packs_per_thread);
+      if (better) best_idle = idle, best.packs_per_thread = v, best.threads = 32 * tw;
+      break;  // the smallest V that fits this team size
+    }
+  }
+  return best;
+}
+
+// Resident CTAs per SM x SMs for a team kernel (one whole wave), cached per
+// (device, kernel, shared memory): a launch must not pay for the query.
+int team_grid_limit(const void* kernel, size_t smem) {
+  struct Entry {
+    const void* kernel;
+    int dev;
+    size_t smem;
+    int ctas;
+  };
+  static std::mutex mu;
+  static Entry cache[32];
+  static int used = 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < used; ++i)
+    if (cache[i].kernel == kernel && cache[i].dev == dev && cache[i].smem == smem) return cache[i].ctas;
+  int sms = 0, per_sm = 0;
+  // One fixed opt-in for every launch of the kernel (a team kernel runs with
+  // 2 or 4 warps, i.e. two sizes): above 48 KB of dynamic + static shared memory.
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTeamSmemOptIn) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTeamCtaThreads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const int ctas = sms * (per_sm < 1 ? 1 : per_sm);
+  if (used < int(sizeof(cache) / sizeof(cache[0]))) cache[used++] = Entry{kernel, dev, smem, ctas};
+  return ctas;
+}
+
+template <typename T, int V>
+Status launch_token128_team(const LnArgs& a, int team_warps, cudaStream_t s) {
+  auto kernel = team_warps > 1 ? ln_mod_quant_token128_team_kernel<T, V, true>
+                               : ln_mod_quant_token128_team_kernel<T, V, false>;
+  const size_t smem = size_t(2) * size_t(32 * team_warps * V * 8) * sizeof(float);
+  const int limit = team_grid_limit(reinterpret_cast<const void*>(kernel), smem);
+  if (limit <= 0) return Status::LaunchFailed;
+  const int64_t teams = kTeamCtaThreads / (32 * team_warps);
+  int64_t ctas = (a.rows + teams - 1) / teams;
+  if (ctas > limit) ctas = limit;
+  const int64_t rows_per_cta = (a.rows + ctas - 1) / ctas;
+  ctas = (a.rows + rows_per_cta - 1) / rows_per_cta;
+  kernel<<<unsigned(ctas), kTeamCtaThreads, smem, s>>>(a, team_warps, rows_per_cta);
+  return launch_status();
+}
+
 // Rows per CTA that LnQuantTokenRows::Auto means: TURBODIFF_LNQ_TOKEN_ROWS=1|2|4
-// (read per call, for A/B in benchmarks), else 1 (the one-row kernel).
+// (read per call, for A/B in benchmarks), else 1 (the one-row kernel);
+// kTeamRows stands for the WarpTeams kernel (TURBODIFF_LNQ_TOKEN_ROWS=teams).
+constexpr int kTeamRows = -1;
 int resolve_token_rows(LnQuantTokenRows v) {
   switch (v) {
     case LnQuantTokenRows::One: return 1;
     case LnQuantTokenRows::Two: return 2;
     case LnQuantTokenRows::Four: return 4;
+    case LnQuantTokenRows::WarpTeams: return kTeamRows;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
     if (std::strcmp(e, "2") == 0) return 2;
     if (std::strcmp(e, "4") == 0) return 4;
+    if (std::strcmp(e, "teams") == 0) return kTeamRows;
   }
   return 1;
 }
@@ -595,6 +907,21 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
   if (plan.threads == 0) return Status::InvalidArgument;
   const int R = resolve_token_rows(rows_per_cta);
   auto s = static_cast<cudaStream_t>(stream);
+  if (R == kTeamRows && dim <= kTeamMaxDim) {
+    const RowPlan team = plan_team(int(dim / 8), x_type == ElemType::F32);
+    if (team.packs_per_thread > 0) {
+      return dispatch_act_type(x_type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return dispatch_packs(team.packs_per_thread, [&](auto v) {
+          constexpr int V = decltype(v)::value;
+          if constexpr (V <= 6)
+            return launch_token128_team<T, V>(a, team.threads / 32, s);
+          else
+            return Status::InvalidArgument;  // plan_team never asks for 8
+        });
+      });
+    }
+  }  // wider rows: the one-row kernel below
   return dispatch_act_type(x_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {

@@ -64,8 +64,19 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               as Two; Wan's bf16 1536 and 5120 run as asked).
 //               (Candidates for issue 3's bandwidth bar: flip Auto once
 //               measured faster on the H200.)
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4 if set, else One.
-enum class LnQuantTokenRows { Auto, One, Two, Four };
+//   WarpTeams   a persistent kernel (one wave of 256-thread CTAs, each over
+//               a contiguous run of rows): a row per team of 1, 2 or 4 warps
+//               (1536: 1 warp, 4096: 2, 5120: 4), the CTA's sample's
+//               1 + scale and shift staged once in shared memory, statistics
+//               by shuffles (multi-warp teams: Chan's combination, one named
+//               barrier per row), one quantization-parameter division pair
+//               per lane instead of per group, next row prefetched. Not
+//               bit-identical to One (the statistics' sums run in another
+//               order: codes may move by +-1 near ties, within the tests'
+//               bars). dim > 6144 (the parameters would exceed 48 KB of
+//               shared memory) runs One. Candidate for issue 3's bar.
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams if set, else One.
+enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams };
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,

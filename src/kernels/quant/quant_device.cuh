@@ -183,6 +183,17 @@ __device__ __forceinline__ uint2 quantize8(const float (&f)[8], float inv) {
   return make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24), b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
 }
 
+// quantize8 with the bytes gathered by PRMT (3 per 4 codes) instead of a
+// mask, shift and OR per code: the same codes, ~1.25 fewer instructions per
+// element. Used by the variants written for issue 3's bandwidth bar.
+__device__ __forceinline__ uint2 quantize8_prmt(const float (&f)[8], float inv) {
+  uint32_t c[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) c[i] = uint32_t(cvt_rn_sat_s8(__fmul_rn(f[i], inv)));  // low byte = the code
+  return make_uint2(__byte_perm(__byte_perm(c[0], c[1], 0x0040), __byte_perm(c[2], c[3], 0x0040), 0x5410),
+                    __byte_perm(__byte_perm(c[4], c[5], 0x0040), __byte_perm(c[6], c[7], 0x0040), 0x5410));
+}
+
 // Stores the first n (0..8) of 8 packed codes: one 8-byte store when n == 8
 // and `vec` (p 8-byte aligned), bytes otherwise.
 __device__ __forceinline__ void store_codes(int8_t* p, uint2 codes, int n, bool vec) {

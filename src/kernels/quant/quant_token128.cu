@@ -40,7 +40,21 @@ constexpr int kItemsPerHalfWarp = 4;
 // (Items8Idx32 needs ~115 registers, so 2 CTAs of 256 per SM hold the same
 // 64 KB in flight as the default's 4; this one keeps the default's occupancy).
 // kIdx32 == false with kItems == 4 is the default kernel, unchanged.
-template <typename T, bool kVec, int kItems = kItemsPerHalfWarp, bool kIdx32 = false>
+// Token128QuantKernel::Items4Idx32Lane (kLaneParams): Items4Idx32 with the
+// per-group work cut. The profile of the default (H200, 32760 x 1536) counts
+// ~22 thread instructions per element against ~26 that HBM speed allows at
+// 100% issue (3 bytes per element, 132 SMs): issue-bound at 72%. Per 8-element
+// item a lane spends ~8 on the group amax shuffles, ~20 on the two IEEE
+// divisions of symmetric_params_dev (MUFU.RCP + Newton steps + FCHK and the
+// slow-path branch) and ~16 on masking, shifting and ORing the 8 codes.
+// Here, after the 4 group maxima, lane u of each half-warp derives item u's
+// parameters only and one shuffle per item hands inv back (one division pair
+// per lane instead of 4: -15 per item), lane u also stores item u's scale,
+// and the codes are gathered by PRMT (6 per 8 codes: -10 per item). Same
+// operations on the same values: bit-identical codes and scales.
+// Predicted: ~-3 instructions per element (~17 -> ~14 after the 32-bit
+// decode), issue ~55-60%: HBM-bound, 88-92% of copy (from 77-79%).
+template <typename T, bool kVec, int kItems = kItemsPerHalfWarp, bool kIdx32 = false, bool kLaneParams = false>
 __global__ void __launch_bounds__(kThreads)
     quantize_token128_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* __restrict__ q,
                              int64_t ld_q, float* __restrict__ scales, int64_t ld_scales, int64_t groups) {
@@ -73,14 +87,40 @@ __global__ void __launch_bounds__(kThreads)
       raw[u] = zero_pack<T>();
   }
 
+  if constexpr (kLaneParams) {
+    float amax[kItemsPerHalfWarp];
 #pragma unroll
-  for (int u = 0; u < kItemsPerHalfWarp; ++u) {
-    const float amax = group_max<16>(amax_from_bits<T>(absmax_bits(raw[u], 0u)));  // all 32 lanes take part
-    const QuantParams p = symmetric_params_dev(amax);
-    float f[8];
-    unpack(raw[u], f);
-    if (ncols[u] > 0) store_codes(q + row[u] * ld_q + g[u] * kQuantGroup + lane16 * 8, quantize8(f, p.inv), ncols[u], kVec);
-    if (lane16 == 0 && valid[u]) scales[g[u] * ld_scales + row[u]] = p.scale;
+    for (int u = 0; u < kItemsPerHalfWarp; ++u)
+      amax[u] = group_max<16>(amax_from_bits<T>(absmax_bits(raw[u], 0u)));  // all 32 lanes take part
+    float my_amax = amax[0];
+#pragma unroll
+    for (int u = 1; u < kItemsPerHalfWarp; ++u)
+      if (lane16 == u) my_amax = amax[u];
+    const QuantParams mine = symmetric_params_dev(my_amax);
+    const int half_base = int(threadIdx.x & 16u);
+#pragma unroll
+    for (int u = 0; u < kItemsPerHalfWarp; ++u) {
+      const float inv = __shfl_sync(0xffffffffu, mine.inv, half_base | u);
+      float f[8];
+      unpack(raw[u], f);
+      int8_t* dst = q + row[u] * ld_q + g[u] * kQuantGroup + lane16 * 8;
+      if (kVec && ncols[u] == 8)
+        *reinterpret_cast<uint2*>(dst) = quantize8_prmt(f, inv);
+      else if (ncols[u] > 0)
+        store_codes(dst, quantize8(f, inv), ncols[u], false);
+      if (lane16 == u && valid[u]) scales[g[u] * ld_scales + row[u]] = mine.scale;
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kItemsPerHalfWarp; ++u) {
+      const float amax = group_max<16>(amax_from_bits<T>(absmax_bits(raw[u], 0u)));  // all 32 lanes take part
+      const QuantParams p = symmetric_params_dev(amax);
+      float f[8];
+      unpack(raw[u], f);
+      if (ncols[u] > 0)
+        store_codes(q + row[u] * ld_q + g[u] * kQuantGroup + lane16 * 8, quantize8(f, p.inv), ncols[u], kVec);
+      if (lane16 == 0 && valid[u]) scales[g[u] * ld_scales + row[u]] = p.scale;
+    }
   }
 }
 
@@ -98,9 +138,10 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
     // for Items4 (Items8Idx32: 56%); bit-identical codes, GPU tests passed.
     kernel = Token128QuantKernel::Items4Idx32;
     if (const char* e = std::getenv("TURBODIFF_QUANT_TOKEN128_KERNEL"))  // read per call: A/B in benchmarks
-      kernel = std::strcmp(e, "items8") == 0     ? Token128QuantKernel::Items8Idx32
-               : std::strcmp(e, "items4") == 0    ? Token128QuantKernel::Items4
-                                                  : Token128QuantKernel::Items4Idx32;
+      kernel = std::strcmp(e, "items8") == 0        ? Token128QuantKernel::Items8Idx32
+               : std::strcmp(e, "items4") == 0       ? Token128QuantKernel::Items4
+               : std::strcmp(e, "items4_32_lane") == 0 ? Token128QuantKernel::Items4Idx32Lane
+                                                     : Token128QuantKernel::Items4Idx32;
   }
   // The 32-bit decode needs every item index (and the grid's half-warp
   // count) below 2^31; otherwise the default kernel runs.
@@ -120,6 +161,15 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
             static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
       else
         quantize_token128_kernel<T, false, 8, true><<<unsigned(blocks), kThreads, 0, s>>>(
+            static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
+      return launch_status();
+    }
+    if (kernel == Token128QuantKernel::Items4Idx32Lane) {
+      if (vec)
+        quantize_token128_kernel<T, true, 4, true, true><<<unsigned(blocks), kThreads, 0, s>>>(
+            static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
+      else
+        quantize_token128_kernel<T, false, 4, true, true><<<unsigned(blocks), kThreads, 0, s>>>(
             static_cast<const T*>(x), rows, cols, ld_x, q, ld_q, scales, ld_scales, groups);
       return launch_status();
     }

@@ -38,9 +38,13 @@ Status dequantize_token128_cpu(const int8_t* q, int64_t rows, int64_t cols, int6
 //                rows * groups < 2^31; else Items4). Candidate for issue 3's
 //                bandwidth bar: flip Auto once measured faster on the H200.
 //   Items4Idx32  4 groups per half-warp, 32-bit index decode (same condition).
-//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8|items4 if set, else Items4Idx32
-//                (measured fastest on the H200, 2026-11-30).
-enum class Token128QuantKernel { Auto, Items4, Items8Idx32, Items4Idx32 };
+//   Items4Idx32Lane  Items4Idx32 with one quantization-parameter division
+//                pair per lane (lane u of a half-warp for its item u, the
+//                inverse shuffled back) and codes packed by PRMT; same
+//                condition. Candidate for issue 3's bandwidth bar.
+//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8|items4|items4_32_lane if set,
+//                else Items4Idx32 (measured fastest on the H200, 2026-11-30).
+enum class Token128QuantKernel { Auto, Items4, Items8Idx32, Items4Idx32, Items4Idx32Lane };
 
 #if TURBODIFF_HAVE_CUDA
 // Half a warp per (row, group): 16 lanes x 8 elements, amax by xor shuffles;
