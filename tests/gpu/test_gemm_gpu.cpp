@@ -40,7 +40,7 @@ namespace {
 constexpr int64_t kBlk = 128;
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// BlockScaledSm90{Fast,Pipe,PipeCvt,PipeSmemEpi,SmemScales,ThreeWg,ThreeWgFast}: the
+// BlockScaledSm90{Fast,Pipe,PipeCvt,PipeSmemEpi,SmemScales,ThreeWg,ThreeWgFast,ThreeWgSmemEpi}: the
 // variants of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h)
 // beside the default one.
 enum class Kernel {
@@ -54,7 +54,8 @@ enum class Kernel {
   BlockScaledSm90PipeSmemEpi,
   BlockScaledSm90SmemScales,
   BlockScaledSm90ThreeWg,
-  BlockScaledSm90ThreeWgFast
+  BlockScaledSm90ThreeWgFast,
+  BlockScaledSm90ThreeWgSmemEpi
 };
 enum class Scheme { PostScale, Token128, Block128 };
 
@@ -71,6 +72,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::BlockScaledSm90SmemScales: return "block_scaled_sm90_pipelined_smem_scales";
     case Kernel::BlockScaledSm90ThreeWg: return "block_scaled_sm90_three_consumers";
     case Kernel::BlockScaledSm90ThreeWgFast: return "block_scaled_sm90_three_consumers_fast";
+    case Kernel::BlockScaledSm90ThreeWgSmemEpi: return "block_scaled_sm90_three_consumers_smem_epi";
   }
   return "?";
 }
@@ -81,7 +83,8 @@ bool is_sm90(Kernel k) {
   return k == Kernel::PostScaleSm90 || k == Kernel::BlockScaledSm90 || k == Kernel::BlockScaledSm90Fast ||
          k == Kernel::BlockScaledSm90Pipe || k == Kernel::BlockScaledSm90PipeCvt ||
          k == Kernel::BlockScaledSm90PipeSmemEpi || k == Kernel::BlockScaledSm90SmemScales ||
-         k == Kernel::BlockScaledSm90ThreeWg || k == Kernel::BlockScaledSm90ThreeWgFast;
+         k == Kernel::BlockScaledSm90ThreeWg || k == Kernel::BlockScaledSm90ThreeWgFast ||
+         k == Kernel::BlockScaledSm90ThreeWgSmemEpi;
 }
 #if TURBODIFF_HAVE_SM90
 constexpr bool kBuiltSm90 = true;
@@ -287,7 +290,8 @@ struct Problem {
       case Kernel::BlockScaledSm90PipeSmemEpi:
       case Kernel::BlockScaledSm90SmemScales:
       case Kernel::BlockScaledSm90ThreeWg:
-      case Kernel::BlockScaledSm90ThreeWgFast: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
+      case Kernel::BlockScaledSm90ThreeWgFast:
+      case Kernel::BlockScaledSm90ThreeWgSmemEpi: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
     }
     return Status::InvalidArgument;
   }
@@ -324,6 +328,8 @@ struct Problem {
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumers);
     if (k == Kernel::BlockScaledSm90ThreeWgFast)
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersFastCvt);
+    if (k == Kernel::BlockScaledSm90ThreeWgSmemEpi)
+      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersSmemEpi);
 #endif
 #endif
     (void)k, (void)args, (void)stream;
@@ -434,7 +440,9 @@ std::vector<KernelCase> sm90_block_variant_cases() {
           {Kernel::BlockScaledSm90SmemScales, Scheme::Token128}, {Kernel::BlockScaledSm90SmemScales, Scheme::Block128},
           {Kernel::BlockScaledSm90ThreeWg, Scheme::Token128}, {Kernel::BlockScaledSm90ThreeWg, Scheme::Block128},
           {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Token128},
-          {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Block128}};
+          {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Block128},
+          {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Token128},
+          {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Block128}};
 }
 // The block-scaled sm90 variants run the Wan-1.3B shapes with token128 scales
 // only (what the model runs; Block128 differs only in the scale load, which the
@@ -443,7 +451,7 @@ bool skip_wan_shapes(const KernelCase& c) {
   return (c.kernel == Kernel::BlockScaledSm90Fast || c.kernel == Kernel::BlockScaledSm90Pipe ||
           c.kernel == Kernel::BlockScaledSm90PipeCvt || c.kernel == Kernel::BlockScaledSm90PipeSmemEpi ||
           c.kernel == Kernel::BlockScaledSm90SmemScales || c.kernel == Kernel::BlockScaledSm90ThreeWg ||
-          c.kernel == Kernel::BlockScaledSm90ThreeWgFast) &&
+          c.kernel == Kernel::BlockScaledSm90ThreeWgFast || c.kernel == Kernel::BlockScaledSm90ThreeWgSmemEpi) &&
          c.scheme == Scheme::Block128;
 }
 
@@ -537,6 +545,7 @@ TEST(GemmGpuVariantsLarge, Wan14BShapePipelinedVariants) {
   check_kernel(Kernel::BlockScaledSm90SmemScales, p, slices);
   check_kernel(Kernel::BlockScaledSm90ThreeWg, p, slices);
   check_kernel(Kernel::BlockScaledSm90ThreeWgFast, p, slices);
+  check_kernel(Kernel::BlockScaledSm90ThreeWgSmemEpi, p, slices);
 }
 
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
@@ -546,7 +555,8 @@ TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
   for (Kernel k : {Kernel::PostScaleSm90, Kernel::PostScaleMma, Kernel::BlockScaledSm90, Kernel::BlockScaledMma,
                    Kernel::BlockScaledSm90Fast, Kernel::BlockScaledSm90Pipe, Kernel::BlockScaledSm90PipeCvt,
                    Kernel::BlockScaledSm90PipeSmemEpi, Kernel::BlockScaledSm90SmemScales,
-                   Kernel::BlockScaledSm90ThreeWg, Kernel::BlockScaledSm90ThreeWgFast}) {
+                   Kernel::BlockScaledSm90ThreeWg, Kernel::BlockScaledSm90ThreeWgFast,
+                   Kernel::BlockScaledSm90ThreeWgSmemEpi}) {
     SCOPED_TRACE(kernel_name(k));
     const Scheme s = (k == Kernel::PostScaleSm90 || k == Kernel::PostScaleMma) ? Scheme::PostScale : Scheme::Token128;
     Problem p(s, 64, 128, 40, {});  // K % 16 != 0

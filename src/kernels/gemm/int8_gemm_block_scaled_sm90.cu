@@ -69,6 +69,17 @@
 //                256 of the K block's 768 tensor clocks).
 //   ThreeConsumersFastCvt  ThreeConsumers with FastPromote's conversion (the
 //                two levers separable on the H200 again).
+//   ThreeConsumersSmemEpi  ThreeConsumers with PipelinedSmemEpi's epilogue
+//                (fp32 staging per warpgroup, 16-byte coalesced stores and
+//                residual loads), 4 stages of 40 KB beside the 3 x 17 KB of
+//                staging. The consumers need no CTA-wide barrier between tiles
+//                (only the stages' empty barriers), so one warpgroup's
+//                epilogue already runs beside the others' wgmmas of the next
+//                tile; what this adds is fewer LSU instructions (4x fewer
+//                stores) and full sectors, mostly for the gated-residual
+//                epilogue (residual reads). Predicted: +0-5% on the GEMM alone
+//                (the fourth stage given up may cost as much at K = 1536),
+//                +5-10% with the gated residual at K = 1536.
 // Prediction for the three (written before any GPU run). Per K block, with
 // SS wgmma, shared memory moves reads A + (consumer groups) x B plus the TMA's
 // writes A + B: 128 x 128 tile 48 + 32 = 80 KB per 512 tensor clocks (160
@@ -129,14 +140,19 @@ using SmemAtom = GMMA::Layout_K_SW128_Atom<int8_t>;  // 8 rows x 128 bytes, 128-
 // runtime row stride.
 using GmemLayout = Layout<Shape<int, int>, Stride<int64_t, _1>>;
 
+// Row stride (floats) of the staged epilogues' fp32 buffers: 64 columns + 4,
+// 16-byte rows, 2 wavefronts per float2 warp store.
+constexpr int kEpiLd = 68;
+
 // One CTA shape: kWGs consumer warpgroups of 64 rows each stacked along M
-// (tile 64 kWGs x 128), plus the producer warpgroup.
-template <int kWGs>
+// (tile 64 kWGs x 128), plus the producer warpgroup, and kStagesT pipeline
+// stages. 2 consumers: 6 stages of 32 KB; 3 consumers: 5 stages of 40 KB (A
+// 24 KB + B 16 KB), 200 KB + the scale slots, or 4 beside the staged
+// epilogue's 3 x 17 KB; all under the 227 KB opt-in limit.
+template <int kWGs, int kStagesT = (kWGs == 2 ? 6 : 5)>
 struct TileConfig {
   static constexpr int kBM = 64 * kWGs;
-  // 2 consumers: 6 stages of 32 KB; 3 consumers: 5 stages of 40 KB (A 24 KB +
-  // B 16 KB), 200 KB + the scale slots, under the 227 KB opt-in limit
-  static constexpr int kStages = kWGs == 2 ? 6 : 5;
+  static constexpr int kStages = kStagesT;
   static constexpr int kThreads = 128 * (kWGs + 1);
   static constexpr int kConsumerWarps = 4 * kWGs;
   static constexpr uint32_t kStageTxBytes = (kBM + kBN) * kBK;  // int8: bytes = elements
@@ -167,17 +183,22 @@ struct TileConfig {
   struct StorageScales : Storage {
     alignas(16) float scales[kStages][kBM + 4];
   };
+  // + the fp32 staging of half a tile row block (64 x 64) per consumer
+  // warpgroup for the coalesced epilogue
+  struct StorageScalesEpi : StorageScales {
+    alignas(16) float epi[kWGs][64][kEpiLd];
+  };
 };
 using Cfg2 = TileConfig<2>;
 using Cfg3 = TileConfig<3>;
-static_assert(sizeof(Cfg2::StorageScales) <= 232448 && sizeof(Cfg3::StorageScales) <= 232448,
+using Cfg3Epi = TileConfig<3, 4>;
+static_assert(sizeof(Cfg2::StorageScales) <= 232448 && sizeof(Cfg3::StorageScales) <= 232448 &&
+                  sizeof(Cfg3Epi::StorageScalesEpi) <= 232448,
               "over the sm_90 shared-memory limit");
 
 // PipelinedSmemEpi: fp32 staging of half a tile (64 columns) per consumer
-// warpgroup for the coalesced epilogue; row stride 68 floats (16-byte rows,
-// 2 wavefronts per float2 warp store). sizeof == 232448 = the sm_90 opt-in
+// warpgroup for the coalesced epilogue. sizeof == 232448 = the sm_90 opt-in
 // maximum of dynamic shared memory.
-constexpr int kEpiLd = 68;
 struct SharedStorageEpi : Cfg2::Storage {
   alignas(16) float epi[2][64][kEpiLd];
 };
@@ -236,20 +257,26 @@ __device__ __forceinline__ void cp_async_f32(float* smem_dst, const float* src, 
 
 // kSmemScales: the scales come from the stage's shared-memory slot (written by
 // producer warp 1) instead of per-thread __ldg after the wgmma issue.
-// kWGs: consumer warpgroups (tile 64 kWGs x 128; TileConfig).
-template <bool kFastCvt, bool kDoubleAcc, bool kSmemEpi = false, bool kSmemScales = false, int kWGs = 2>
-__global__ void __launch_bounds__(TileConfig<kWGs>::kThreads, 1)
+// kWGs, kStagesT: consumer warpgroups (tile 64 kWGs x 128) and pipeline
+// stages (TileConfig). kSmemEpi without kSmemScales: the 2-consumer layout
+// SharedStorageEpi; with: TileConfig::StorageScalesEpi.
+template <bool kFastCvt, bool kDoubleAcc, bool kSmemEpi = false, bool kSmemScales = false, int kWGs = 2,
+          int kStagesT = TileConfig<kWGs>::kStages>
+__global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
     int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p,
-                                       const __grid_constant__ typename TileConfig<kWGs>::TmaA tma_a,
-                                       const __grid_constant__ typename TileConfig<kWGs>::TmaB tma_b) {
+                                       const __grid_constant__ typename TileConfig<kWGs, kStagesT>::TmaA tma_a,
+                                       const __grid_constant__ typename TileConfig<kWGs, kStagesT>::TmaB tma_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = TileConfig<kWGs>;
+  using C = TileConfig<kWGs, kStagesT>;
   constexpr int kBM = C::kBM, kStages = C::kStages;
-  using Storage = std::conditional_t<kSmemScales, typename C::StorageScales, typename C::Storage>;
+  using Storage =
+      std::conditional_t<kSmemScales,
+                         std::conditional_t<kSmemEpi, typename C::StorageScalesEpi, typename C::StorageScales>,
+                         typename C::Storage>;
   // a 64 x 128 int32 accumulator set is 64 registers per thread: two sets and
   // the fp32 sums need the 232 registers of the two-consumer layout
   static_assert(!kDoubleAcc || kWGs == 2, "two accumulator sets need the 2-consumer register budget");
-  static_assert(!kSmemEpi || (kWGs == 2 && !kSmemScales), "the staged epilogue's buffer is laid out for 2 consumers");
+  static_assert(!kSmemEpi || kWGs == 2 || kSmemScales, "SharedStorageEpi is laid out for 2 consumers");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
@@ -528,9 +555,13 @@ __global__ void __launch_bounds__(TileConfig<kWGs>::kThreads, 1)
         // takes 8 consecutive columns of one row: 16-byte residual loads and
         // output stores, float4 bias/gate loads (all 16-byte aligned: N % 8,
         // ld % 8, 16-byte bases), one rounding to bf16 as in the other path.
-        const int wg = warp_group - 1;  // 0 or 1: rows [64 wg, 64 wg + 64) of the tile
+        const int wg = warp_group - 1;  // 0..kWGs - 1: rows [64 wg, 64 wg + 64) of the tile
         const int wtid = threadIdx.x % 128;
-        float(*buf)[kEpiLd] = reinterpret_cast<SharedStorageEpi*>(smem_raw)->epi[wg];
+        float(*buf)[kEpiLd];
+        if constexpr (kSmemScales)
+          buf = smem.epi[wg];
+        else
+          buf = reinterpret_cast<SharedStorageEpi*>(smem_raw)->epi[wg];
         CUTE_UNROLL
         for (int half = 0; half < 2; ++half) {
           // previous readers of buf (the last half or tile) are done
@@ -620,7 +651,7 @@ __global__ void __launch_bounds__(TileConfig<kWGs>::kThreads, 1)
 #endif
 }
 
-constexpr int kNumVariants = 8;  // BlockScaledSm90Kernel values 1..8
+constexpr int kNumVariants = 9;  // BlockScaledSm90Kernel values 1..9
 
 struct DeviceFacts {
   int sm_count = 0, cc = 0;
@@ -643,16 +674,14 @@ DeviceFacts* device_facts(int device) {
   return &f;
 }
 
-template <int kWGs>
-using KernelFn = void (*)(const KernelParams, const typename TileConfig<kWGs>::TmaA,
-                          const typename TileConfig<kWGs>::TmaB);
+template <class C>
+using KernelFn = void (*)(const KernelParams, const typename C::TmaA, const typename C::TmaB);
 
 // Launches one variant (index `variant` into DeviceFacts::configured) of tile
-// config kWGs on checked arguments.
-template <int kWGs>
-Status launch_variant(KernelFn<kWGs> fn, int variant, int smem_bytes, const Int8GemmBlockScaledArgs& args,
+// config C on checked arguments.
+template <class C>
+Status launch_variant(KernelFn<C> fn, int variant, int smem_bytes, const Int8GemmBlockScaledArgs& args,
                       void* stream) {
-  using C = TileConfig<kWGs>;
   const Int8GemmOperands& op = args.op;
   if (op.M > (int64_t(1) << 31) - C::kBM || op.N > (int64_t(1) << 31) - kBN ||
       op.epilogue.rows_per_batch >= (int64_t(1) << 31))
@@ -723,6 +752,7 @@ static BlockScaledSm90Kernel block_scaled_sm90_env_default() {
     if (e && std::strcmp(e, "pipelined_smem_scales") == 0) return BlockScaledSm90Kernel::PipelinedSmemScales;
     if (e && std::strcmp(e, "three_consumers") == 0) return BlockScaledSm90Kernel::ThreeConsumers;
     if (e && std::strcmp(e, "three_consumers_fast") == 0) return BlockScaledSm90Kernel::ThreeConsumersFastCvt;
+    if (e && std::strcmp(e, "three_consumers_smem_epi") == 0) return BlockScaledSm90Kernel::ThreeConsumersSmemEpi;
     if (e && std::strcmp(e, "baseline") == 0) return BlockScaledSm90Kernel::Baseline;
     // PipelinedCvt: on the H200 (2026-11-30, bench_gemm) 6-12% faster than the
     // baseline on 5 of the 6 large Wan shapes (-1% on 14B ffn1), identical
@@ -743,6 +773,7 @@ const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel k) {
     case BlockScaledSm90Kernel::PipelinedSmemScales: return "pipelined_smem_scales";
     case BlockScaledSm90Kernel::ThreeConsumers: return "three_consumers";
     case BlockScaledSm90Kernel::ThreeConsumersFastCvt: return "three_consumers_fast";
+    case BlockScaledSm90Kernel::ThreeConsumersSmemEpi: return "three_consumers_smem_epi";
   }
   return "?";
 }
@@ -764,25 +795,28 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
   constexpr int kSmem2 = int(sizeof(Cfg2::Storage));
   switch (kernel) {
     case BlockScaledSm90Kernel::Baseline:
-      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<false, false>, variant, kSmem2, args, stream);
+      return launch_variant<Cfg2>(&int8_gemm_block_scaled_sm90_kernel<false, false>, variant, kSmem2, args, stream);
     case BlockScaledSm90Kernel::FastPromote:
-      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<true, false>, variant, kSmem2, args, stream);
+      return launch_variant<Cfg2>(&int8_gemm_block_scaled_sm90_kernel<true, false>, variant, kSmem2, args, stream);
     case BlockScaledSm90Kernel::Pipelined:
-      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<true, true>, variant, kSmem2, args, stream);
+      return launch_variant<Cfg2>(&int8_gemm_block_scaled_sm90_kernel<true, true>, variant, kSmem2, args, stream);
     case BlockScaledSm90Kernel::PipelinedCvt:
-      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<false, true>, variant, kSmem2, args, stream);
+      return launch_variant<Cfg2>(&int8_gemm_block_scaled_sm90_kernel<false, true>, variant, kSmem2, args, stream);
     case BlockScaledSm90Kernel::PipelinedSmemEpi:
-      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<true, true, true>, variant,
-                               int(sizeof(SharedStorageEpi)), args, stream);
+      return launch_variant<Cfg2>(&int8_gemm_block_scaled_sm90_kernel<true, true, true>, variant,
+                                  int(sizeof(SharedStorageEpi)), args, stream);
     case BlockScaledSm90Kernel::PipelinedSmemScales:
-      return launch_variant<2>(&int8_gemm_block_scaled_sm90_kernel<false, true, false, true, 2>, variant,
-                               int(sizeof(Cfg2::StorageScales)), args, stream);
+      return launch_variant<Cfg2>(&int8_gemm_block_scaled_sm90_kernel<false, true, false, true, 2>, variant,
+                                  int(sizeof(Cfg2::StorageScales)), args, stream);
     case BlockScaledSm90Kernel::ThreeConsumers:
-      return launch_variant<3>(&int8_gemm_block_scaled_sm90_kernel<false, false, false, true, 3>, variant,
-                               int(sizeof(Cfg3::StorageScales)), args, stream);
+      return launch_variant<Cfg3>(&int8_gemm_block_scaled_sm90_kernel<false, false, false, true, 3>, variant,
+                                  int(sizeof(Cfg3::StorageScales)), args, stream);
     case BlockScaledSm90Kernel::ThreeConsumersFastCvt:
-      return launch_variant<3>(&int8_gemm_block_scaled_sm90_kernel<true, false, false, true, 3>, variant,
-                               int(sizeof(Cfg3::StorageScales)), args, stream);
+      return launch_variant<Cfg3>(&int8_gemm_block_scaled_sm90_kernel<true, false, false, true, 3>, variant,
+                                  int(sizeof(Cfg3::StorageScales)), args, stream);
+    case BlockScaledSm90Kernel::ThreeConsumersSmemEpi:
+      return launch_variant<Cfg3Epi>(&int8_gemm_block_scaled_sm90_kernel<false, false, true, true, 3, 4>, variant,
+                                     int(sizeof(Cfg3Epi::StorageScalesEpi)), args, stream);
     case BlockScaledSm90Kernel::Default: break;
   }
   return Status::InvalidArgument;
