@@ -22,13 +22,14 @@
 //     `sagesla_fused_prepare` (the same pre-pass writing the 64-token Q / smoothed-K
 //     block sums), `sagesla_fused_select` (Tiled score from those sums + radix top-k),
 //     `sagesla_fused_attend` (the sparse kernel alone on the prepared workspace),
-//     `sagesla_fused_total` (everything, linear K/V half on a second stream and the
-//     Staged apply, as ops::sla fused with overlap: compare with
+//     `sagesla_fused_total` (everything, linear K/V half on a second stream, the
+//     Staged linear kernels, as ops::sla fused with overlap: compare with
 //     `sagesla_total_radix_overlap`, the default), `sagesla_fused_total_serial`
 //     (the linear branch in line).
-//   The Staged linear apply (SlaLinearApply::Staged): `linear_staged` beside
-//     `linear` (whole branch, 128 x 64 problem), `sagesla_linear_apply_staged`
-//     beside `sagesla_linear_apply` (the Q half alone).
+//   The Staged linear kernels (SlaLinearKernels::Staged): `linear_staged` beside
+//     `linear` (whole branch), `sagesla_linear_prepare_staged` /
+//     `sagesla_linear_apply_staged` beside `sagesla_linear_prepare` /
+//     `sagesla_linear_apply` (the K/V half and the Q half alone).
 // JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
 #include <cuda_runtime.h>
 
@@ -188,9 +189,9 @@ int main(int argc, char** argv) {
             td::kernels::sla_linear_add_cuda(p, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws, lin_bytes,
                                              stream);
           });
-        {  // the Staged linear apply (SlaLinearApply::Staged), beside `linear`
+        {  // the Staged linear kernels (SlaLinearKernels::Staged), beside `linear`
           SlaProblem ps = p;
-          ps.linear_apply = td::kernels::SlaLinearApply::Staged;
+          ps.linear_kernels = td::kernels::SlaLinearKernels::Staged;
           if (check(td::kernels::sla_linear_add_cuda(ps, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, ws,
                                                      lin_bytes, stream),
                     "linear_staged"))
@@ -302,8 +303,12 @@ int main(int argc, char** argv) {
           });
           record("sagesla_linear_apply",
                  [&](int) { td::kernels::sla_linear_apply_cuda(p, q, o, lin_ws, lin_bytes, stream); });
-          SlaProblem pstaged = p;  // the Staged linear apply (SlaLinearApply::Staged)
-          pstaged.linear_apply = td::kernels::SlaLinearApply::Staged;
+          SlaProblem pstaged = p;  // the Staged linear kernels (SlaLinearKernels::Staged)
+          pstaged.linear_kernels = td::kernels::SlaLinearKernels::Staged;
+          record("sagesla_linear_prepare_staged", [&](int) {
+            td::kernels::sla_linear_prepare_cuda(pstaged, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
+                                                 lin_bytes, stream);
+          });
           record("sagesla_linear_apply_staged",
                  [&](int) { td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream); });
           SlaProblem pt = pr;  // the Tiled score GEMM (+ radix top-k)
@@ -342,7 +347,7 @@ int main(int argc, char** argv) {
               if (ams > 0) r["sagesla_fused_attend_dense_equiv_tflops"] = dense_flops / (ams * 1e-3) / 1e12;
               record("sagesla_fused_total", [&](int) {
                 td::kernels::sla_stream_wait(aux, stream, fork_ev);
-                td::kernels::sla_linear_prepare_cuda(p, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
+                td::kernels::sla_linear_prepare_cuda(pstaged, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
                                                      lin_bytes, aux);
                 prepare(sums);
                 select();

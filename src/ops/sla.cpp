@@ -67,10 +67,10 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   p.feature_map = options.feature_map;
   p.topk_algo = options.topk_algo;
   p.score_kernel = options.score_kernel;
-  p.linear_apply = options.linear_apply;
+  p.linear_kernels = options.linear_kernels;
   if (options.fused.value_or(false)) {
     if (p.score_kernel == kernels::SlaScoreKernel::Auto) p.score_kernel = kernels::SlaScoreKernel::Tiled;
-    if (p.linear_apply == kernels::SlaLinearApply::Auto) p.linear_apply = kernels::SlaLinearApply::Staged;
+    if (p.linear_kernels == kernels::SlaLinearKernels::Auto) p.linear_kernels = kernels::SlaLinearKernels::Staged;
   }
   return p;
 }

@@ -35,10 +35,10 @@ struct SlaOptions {
   // scores bit for bit, ~7x faster by FMA count); Auto: TD_SLA_SCORE=tiled or
   // TD_SLA_FUSED=1 picks Tiled.
   kernels::SlaScoreKernel score_kernel = kernels::SlaScoreKernel::Auto;
-  // CUDA linear branch's Q half: Warp (default) or Staged (o prefetched with Q,
-  // 8-lane φ rows, 16-byte stores; kernels/sla/sla.h); Auto:
-  // TD_SLA_LINEAR_APPLY=staged or TD_SLA_FUSED=1 picks Staged.
-  kernels::SlaLinearApply linear_apply = kernels::SlaLinearApply::Auto;
+  // CUDA linear branch's kernels: Warp (default) or Staged (8-lane φ rows, three
+  // K/V stages, o prefetched with Q and stored in 16-byte rows;
+  // kernels/sla/sla.h); Auto: TD_SLA_LINEAR=staged or TD_SLA_FUSED=1 picks Staged.
+  kernels::SlaLinearKernels linear_kernels = kernels::SlaLinearKernels::Auto;
   // sagesla on CUDA: the fused pipeline (variant beside the default, issue 6):
   // the sage quantize pass also writes the 64-token block sums of Q and of
   // smoothed K from the loads that quantize them, block selection pools from
@@ -47,7 +47,7 @@ struct SlaOptions {
   // branch as without it (overlap_linear). Unset: TD_SLA_FUSED=1 turns it on.
   // Its LUT can differ from the default's only at fp32 near-ties (other
   // summation orders of the same pooled means). Also picks the Tiled score
-  // GEMM and the Staged linear apply (for `sla` (128 x 64) too) where those are Auto.
+  // GEMM and the Staged linear kernels (for `sla` (128 x 64) too) where those are Auto.
   std::optional<bool> fused;
 };
 

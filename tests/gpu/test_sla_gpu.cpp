@@ -435,13 +435,15 @@ TEST(SlaGpu, LinearBranchMatchesTheReferenceAndIsDeterministic) {
   }
 }
 
-// The Staged linear apply (SlaLinearApply::Staged) against the CPU reference
-// (proj_l = identity onto a zero o: rel L2 <= 1e-2, cosine >= 0.9999, the
-// Warp variant's bar), the same bits on a second run, and against the Warp
-// variant onto a random o_s with a random proj_l (rel L2 <= 2e-3: the same
-// formula, φ's row sums in another order, so at most last-place differences
-// in a few bf16 outputs), through the one-call and the two-half entry points.
-TEST(SlaGpu, LinearBranchStagedApplyMatchesTheReference) {
+// The Staged linear kernels (SlaLinearKernels::Staged: kv_partial and
+// linear_apply) against the CPU reference (proj_l = identity onto a zero o:
+// rel L2 <= 1e-2, cosine >= 0.9999, the Warp kernels' bar), the same bits on a
+// second run, and against the Warp kernels onto a random o_s with a random
+// proj_l (rel L2 <= 2e-3, cosine >= 0.99999: the same formulas, φ's row sums in
+// another order, so last-place differences in a few bf16 values), Staged
+// through the two-half entry points, Warp in one call. Lengths cover one
+// partial tile (5, 77), many chunks (20000) and a partial last chunk.
+TEST(SlaGpu, LinearBranchStagedKernelsMatchTheReference) {
   TD_REQUIRE_GPU();
   struct C {
     int64_t B, L, H, D;
@@ -462,7 +464,7 @@ TEST(SlaGpu, LinearBranchStagedApplyMatchesTheReference) {
     const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
     Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
     test::poison(ws);
-    pd.linear_apply = kernels::SlaLinearApply::Staged;
+    pd.linear_kernels = kernels::SlaLinearKernels::Staged;
     std::vector<Tensor> outs;
     for (int run = 0; run < 2; ++run) {
       Tensor o = Tensor::zeros({c.B, c.L, c.H, c.D}, DType::BF16, Device::cuda(0));
@@ -488,7 +490,7 @@ TEST(SlaGpu, LinearBranchStagedApplyMatchesTheReference) {
     const Tensor o0 = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16).to(Device::cuda(0));
     Tensor ow = o0.clone(), os = o0.clone();
     SlaProblem pw = pd;
-    pw.linear_apply = kernels::SlaLinearApply::Warp;
+    pw.linear_kernels = kernels::SlaLinearKernels::Warp;
     ASSERT_EQ(kernels::sla_linear_add_cuda(pw, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), wr.raw_data(),
                                            br.raw_data(), kernels::ElemType::F32, ow.raw_data(), ws.raw_data(), ws_bytes,
                                            cuda::current_stream()),

@@ -65,17 +65,19 @@ enum class SlaTopkAlgo { Auto, Bitonic, Radix };
 // environment has TD_SLA_SCORE=tiled or TD_SLA_FUSED=1, else Simple.
 enum class SlaScoreKernel { Auto, Simple, Tiled };
 
-// The CUDA linear branch's Q half (linear_apply: o += φ(Q)·M / den + bias).
-// Warp (the default; 0.27 ms at 1x12x32760 on the H200 against a ~0.09 ms
-// floor of 300 MB): a warp per φ row (10 dependent shuffles each, 16 rows one
-// after the other per warp), o read-modified-written 4 bytes at a time from the
-// mma fragments after everything else. Staged: 8 lanes per φ row (4 rows at once
-// per warp, 6 shuffles each), the o tile fetched by cp.async together with Q
-// (its latency hidden behind φ and the mma), the sum formed in shared memory and
-// stored in 16-byte rows. Same formula; φ's row sums in another order, so the
-// bits may differ from Warp's in the last place. Auto: Staged when the
-// environment has TD_SLA_LINEAR_APPLY=staged or TD_SLA_FUSED=1, else Warp.
-enum class SlaLinearApply { Auto, Warp, Staged };
+// The CUDA linear branch's kernels (both halves; the same for sla_linear_add_cuda
+// and the prepare / apply calls). Warp (the default; on the H200 at 1x12x32760
+// prepare 0.27 ms and apply 0.27 ms, ~2.7x over their bytes): φ rows by a whole
+// warp each (10 dependent shuffles, the warp's rows one after the other), two
+// K/V stages in kv_partial, o read-modified-written 4 bytes at a time from the
+// mma fragments after everything else in linear_apply. Staged: φ rows by 8-lane
+// groups (4 rows of a warp at once, 6 shuffles); kv_partial with three K/V
+// stages; linear_apply fetches the o tile by cp.async together with Q (its
+// latency behind φ and the mma), forms o + acc/den + bias in shared memory and
+// stores 16-byte rows. Same formulas; φ's row sums in another order, so the bits
+// may differ from Warp's in the last place. Auto: Staged when the environment
+// has TD_SLA_LINEAR=staged or TD_SLA_FUSED=1, else Warp.
+enum class SlaLinearKernels { Auto, Warp, Staged };
 
 struct SlaProblem {
   int64_t batch = 0, heads = 0, len = 0, head_dim = 0;
@@ -86,7 +88,7 @@ struct SlaProblem {
   SlaFeatureMap feature_map = SlaFeatureMap::Softmax;
   SlaTopkAlgo topk_algo = SlaTopkAlgo::Auto;  // CUDA block selection only
   SlaScoreKernel score_kernel = SlaScoreKernel::Auto;  // CUDA block selection only
-  SlaLinearApply linear_apply = SlaLinearApply::Auto;  // CUDA linear branch only
+  SlaLinearKernels linear_kernels = SlaLinearKernels::Auto;  // CUDA linear branch only
 
   int64_t query_blocks() const { return (len + block_q - 1) / block_q; }
   int64_t key_blocks() const { return (len + block_k - 1) / block_k; }

@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_kernel(const LinPa
   }
 }
 
-// The Staged variant of linear_apply (SlaLinearApply::Staged). Same CTA shape
+// The Staged variant of linear_apply (SlaLinearKernels::Staged). Same CTA shape
 // (128 rows, 8 warps of 16 rows) and the same mma part; what changes:
 //   - the o tile (128 x D bf16) is fetched by cp.async in a second group right
 //     after Q and M, so its read overlaps φ and the mma instead of following them;
@@ -551,6 +551,158 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
   }
 }
 
+// The Staged variant of kv_partial (SlaLinearKernels::Staged): the same
+// chunks, the same mma part and outputs; what changes:
+//   - three K/V stages instead of two (tile j+2 loads while j is used: 96 KB of
+//     shared memory for D = 128, 2 CTAs per SM as the 128 registers allow anyway);
+//   - φ(K) by 8-lane row groups, 4 rows of the warp at once (2 steps per 64-row
+//     tile for D = 128 instead of 8 warp-wide rows one after the other, each with
+//     10 dependent shuffles), Σφ(K) per lane over its chunks, reduced over the
+//     4 row groups by 2 xor shuffles and over the warps in order at the end.
+// φ's row sums in another order than kv_partial's: last-place differences.
+// Predicted (H200, 1x12x32760, D 128): K + V 201 MB read + 1032 x 64 KB of fp32
+// partials written (67 MB, re-read by kv_project): ~0.08-0.09 ms at ~3.3 TB/s
+// if the φ phase no longer bounds it (kv_partial + kv_project: 0.27 ms measured).
+template <int D>
+struct StagedKvTraits {
+  static constexpr int kThreads = 2 * D;
+  static constexpr int kStages = 3;
+  static constexpr int kTileBytes = kTile * D * 2;
+  static constexpr int kSmemBytes = kStages * 2 * kTileBytes;
+};
+
+template <int D, int FM>
+__global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_staged_kernel(const LinParams p) {
+  using T = StagedKvTraits<D>;
+  constexpr int kThreads = T::kThreads, kWarps = kThreads / 32, kChunks = D / 8;
+  constexpr int kPer = D / 8, kLaneChunks = kPer / 8, kRowsPerWarp = kTile / kWarps;
+  static_assert(kRowsPerWarp % 4 == 0, "4 rows per warp step");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = uint32_t(__cvta_generic_to_shared(smem));
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 8, sub = lane % 8;
+  const int t_begin = chunk * p.chunk_len, t_end = min(p.len, t_begin + p.chunk_len);
+  const int n_tiles = (t_end - t_begin + kTile - 1) / kTile;
+  const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head;
+  const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
+
+  auto stage_of = [&](int j) { return s0 + uint32_t(j % T::kStages) * 2 * T::kTileBytes; };
+  auto issue = [&](int j) {
+    const uint32_t stage = stage_of(j);
+    const int t0 = t_begin + j * kTile, valid = t_end - t0;
+    load_tile<D, kTile, kThreads>(stage, kg + int64_t(t0) * p.ks.token, p.ks.token, valid, tid);
+    load_tile<D, kTile, kThreads>(stage + T::kTileBytes, vg + int64_t(t0) * p.vs.token, p.vs.token, valid, tid);
+  };
+  issue(0);
+  cp_async_commit();
+  if (n_tiles > 1) issue(1);
+  cp_async_commit();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  float ks[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) ks[e] = 0.f;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<1>();  // tile j landed (j + 1 may still be in flight)
+    __syncthreads();     // everywhere; and tile j-1's stage, the one j+2 goes to, is free
+    if (j + 2 < n_tiles) issue(j + 2);
+    cp_async_commit();
+    const uint32_t sk = stage_of(j), sv = sk + T::kTileBytes;
+    const int valid = t_end - (t_begin + j * kTile);
+
+#pragma unroll
+    for (int step = 0; step < kRowsPerWarp / 4; ++step) {
+      const int r = warp * kRowsPerWarp + step * 4 + g;
+      float x[kPer];
+#pragma unroll
+      for (int u = 0; u < kLaneChunks; ++u) {
+        uint4 w;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                     : "r"(sk + swizzle<kChunks>(r, sub * kLaneChunks + u)));
+        const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          x[u * 8 + 2 * i] = __low2float(v[i]);
+          x[u * 8 + 2 * i + 1] = __high2float(v[i]);
+        }
+      }
+      feature_map8<kPer, FM>(x);
+      if (r >= valid) {
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) x[e] = 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kLaneChunks; ++u) {
+        uint4 w;
+        uint32_t* wp = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
+          wp[i] = *reinterpret_cast<const uint32_t*>(&v);
+          ks[u * 8 + 2 * i] += __low2float(v);  // Σφ(K) of the rounded values, as the mma sees them
+          ks[u * 8 + 2 * i + 1] += __high2float(v);
+        }
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sk + swizzle<kChunks>(r, sub * kLaneChunks + u)),
+                     "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
+                     : "memory");
+      }
+    }
+    __syncthreads();  // φ(K) rows of every warp written
+
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t a[4];
+      {
+        const int tok = kk * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int ch = warp * 2 + ((lane >> 3) & 1);
+        ldmatrix_x4_trans(a, sk + swizzle<kChunks>(tok, ch));
+      }
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        const int tok = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        const int ch = dp * 2 + (lane >> 4);
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, sv + swizzle<kChunks>(tok, ch));
+        mma_bf16(acc[2 * dp], a, vb[0], vb[1]);
+        mma_bf16(acc[2 * dp + 1], a, vb[2], vb[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  const int64_t slot = (int64_t(b) * p.heads + h) * p.n_chunks + chunk;
+  float* part = p.ws.part + slot * D * D;
+  const int f0 = warp * 16 + lane / 4;
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) {
+    const int col = t * 8 + (lane & 3) * 2;
+    *reinterpret_cast<float2*>(part + int64_t(f0) * D + col) = make_float2(acc[t][0], acc[t][1]);
+    *reinterpret_cast<float2*>(part + int64_t(f0 + 8) * D + col) = make_float2(acc[t][2], acc[t][3]);
+  }
+  // Σφ(K): the 4 row groups of a warp by xor shuffles (8, then 16), then the
+  // warps in order through shared memory.
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    ks[e] += __shfl_xor_sync(0xffffffffu, ks[e], 8);
+    ks[e] += __shfl_xor_sync(0xffffffffu, ks[e], 16);
+  }
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(smem);  // [kWarps, D]
+  if (g == 0)
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) red[warp * D + sub * kPer + e] = ks[e];
+  __syncthreads();
+  if (tid < D) {
+    float s = 0.f;
+    for (int w = 0; w < kWarps; ++w) s += red[w * D + tid];
+    p.ws.part_ks[slot * D + tid] = s;
+  }
+}
+
 Status launch_error(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok;
@@ -560,11 +712,11 @@ Status launch_error(const char* what) {
 
 constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; linear_apply
 
-// SlaLinearApply::Auto -> Staged when TD_SLA_LINEAR_APPLY=staged or TD_SLA_FUSED=1
+// SlaLinearKernels::Auto -> Staged when TD_SLA_LINEAR=staged or TD_SLA_FUSED=1
 // (read per call, for A/B runs), else Warp.
-bool use_staged_apply(const SlaProblem& p) {
-  if (p.linear_apply != SlaLinearApply::Auto) return p.linear_apply == SlaLinearApply::Staged;
-  const char* apply = std::getenv("TD_SLA_LINEAR_APPLY");
+bool use_staged_linear(const SlaProblem& p) {
+  if (p.linear_kernels != SlaLinearKernels::Auto) return p.linear_kernels == SlaLinearKernels::Staged;
+  const char* apply = std::getenv("TD_SLA_LINEAR");
   if (apply && std::strcmp(apply, "staged") == 0) return true;
   if (apply && std::strcmp(apply, "warp") == 0) return false;
   const char* fused = std::getenv("TD_SLA_FUSED");
@@ -573,7 +725,16 @@ bool use_staged_apply(const SlaProblem& p) {
 
 template <int D, int FM>
 Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
-  if (phases & kPhasePrepare) {
+  if ((phases & kPhasePrepare) && use_staged_linear(sp)) {
+    auto kernel = kv_partial_staged_kernel<D, FM>;
+    constexpr int smem = StagedKvTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    kernel<<<dim3(unsigned(p.n_chunks), unsigned(sp.heads), unsigned(sp.batch)), StagedKvTraits<D>::kThreads, smem,
+             st>>>(p);
+    if (Status s = launch_error("kv_partial_staged"); s != Status::Ok) return s;
+  } else if (phases & kPhasePrepare) {
     auto kernel = kv_partial_kernel<D, FM>;
     constexpr int smem = KvTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
@@ -592,7 +753,7 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
   }
   if (!(phases & kPhaseApply)) return Status::Ok;
-  if (use_staged_apply(sp)) {
+  if (use_staged_linear(sp)) {
     auto kernel = linear_apply_staged_kernel<D, FM>;
     constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
