@@ -6,7 +6,7 @@
 #   log.txt (everything printed), results.json (doctor + every bench's JSON),
 #   gpu_tests.json / cpu_tests.json (gtest reports), and prints a summary last.
 #   scripts/gpu_check.sh [bundle-dir] [bench-filter-regex]
-#   env: GTEST_FILTER (GPU test subset), SKIP_CPU_TESTS=1
+#   env: GTEST_FILTER (GPU test subset), SKIP_CPU_TESTS=1, SKIP_GPU_TESTS=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${1:-.gpu_bundle}
@@ -67,7 +67,7 @@ rc=$?
 SUMMARY+=("doctor --require-cuda: exit $rc")
 add_result doctor "$OUT/doctor.json"
 
-if [ -x "$BUNDLE/turbodiff_gpu_tests" ]; then
+if [ -x "$BUNDLE/turbodiff_gpu_tests" ] && [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
   section "GPU tests"
   # One process per test suite: a kernel fault leaves the CUDA context unusable,
   # and would otherwise fail every test that runs after it.

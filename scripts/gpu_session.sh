@@ -12,7 +12,8 @@
 # 8 files), summaries are printed last.
 #   here:  ninja -C build && scripts/gpu_bundle.sh build
 #   there: scripts/gpu_session.sh .gpu_bundle   (carry .gpu_bundle.tar.xz and .whl_e2e)
-# env: SESSION_BUDGET_S (default 560), BENCHES, BENCH_ARGS_<bench>, GENERATE_ARGS.
+# env: SESSION_BUDGET_S (default 560), BENCHES, BENCH_ARGS_<bench>, GENERATE_ARGS,
+#      LANE_A_MODE=benches with BENCHES_A / BENCH_FILTER_A (lane A measures benches instead of e2e).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${1:-.gpu_bundle}
@@ -63,6 +64,14 @@ generate_real_size() {  # $1: seconds for this part
 }
 
 lane_a() {  # $1: seconds
+  if [ "${LANE_A_MODE:-e2e}" = benches ]; then
+    # LANE_A_MODE=benches: lane A runs only the benches named in BENCHES_A
+    # (BENCH_FILTER_A: their PyTorch scripts), so that both GPUs measure.
+    mkdir -p "$W/check_a"
+    CUDA_VISIBLE_DEVICES=${LANE_A_GPU:-0} OUT="$W/check_a" SKIP_CPU_TESTS=1 SKIP_GPU_TESTS=1 DEADLINE=$DEADLINE_A \
+      BENCHES="${BENCHES_A:-}" scripts/gpu_check.sh "$BUNDLE" "${BENCH_FILTER_A:-^bench_}" > "$W/check_a/stdout.txt" 2>&1
+    return
+  fi
   local budget=$1 gen=${GENERATE_BUDGET_S:-140}
   CUDA_VISIBLE_DEVICES=${LANE_A_GPU:-0} OUT="$W/e2e" E2E_SKIP_TESTS=1 E2E_BUDGET_S=$(( budget - gen )) \
     scripts/e2e_gpu.sh "$BUNDLE" > "$W/e2e/stdout.txt" 2>&1
@@ -90,6 +99,7 @@ tar cJf "$OUT/all.tar.xz" -C "$W" . 2>/dev/null
 echo "===== gpu_check summary"
 sed -n '/===== summary/,$p' "$W/check/log.txt" 2>/dev/null
 grep -E "^\[  FAILED  \]" "$W/check/log.txt" 2>/dev/null | sort -u | head -30
+if [ -f "$W/check_a/log.txt" ]; then echo "===== lane A benches"; sed -n '/===== summary/,$p' "$W/check_a/log.txt"; fi
 echo "===== e2e"
 cat "$W/e2e/e2e_table.txt" 2>/dev/null || tail -20 "$W/e2e/stdout.txt"
 echo "===== generate"
