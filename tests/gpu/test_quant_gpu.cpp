@@ -445,6 +445,7 @@ TEST(LnModulateQuantGpu, Token128FourRowsAgainstReference) {
 // 8960 (wider than it takes: the one-row kernel runs). Same bars as the
 // default: the variant sums the statistics in another order.
 TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
+  TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
   check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::WarpTeams);
   constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2}, {19, 8960, 7}};
   for (ElemType t : kActTypes)
