@@ -29,7 +29,8 @@
 //                                    each variant of the sm90 block-scaled kernel
 //                                    (baseline, fast_promote, pipelined, pipelined_cvt,
 //                                    pipelined_smem_epi, pipelined_smem_scales, three_consumers,
-//                                    three_consumers_fast, three_consumers_smem_epi:
+//                                    three_consumers_fast, three_consumers_smem_epi,
+//                                    three_consumers_ordered:
 //                                    int8_gemm_block_scaled_sm90.h) named explicitly
 //   post_scale_mma / block_scaled_mma_token128   the portable mma.sync kernels
 // Plus "accuracy_vs_bf16" at 32760 x 1536 -> 1536: rel L2 and cosine of each
@@ -105,7 +106,7 @@ Status block_scaled_sm90(const td::kernels::Int8GemmBlockScaledArgs& args, cudaS
 
 // One named variant of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h).
 enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt, PipelinedSmemEpi, PipelinedSmemScales, ThreeConsumers,
-                       ThreeConsumersFastCvt, ThreeConsumersSmemEpi };
+                       ThreeConsumersFastCvt, ThreeConsumersSmemEpi, ThreeConsumersOrdered };
 Status block_scaled_sm90_variant(const td::kernels::Int8GemmBlockScaledArgs& args, BsVariant v, cudaStream_t stream) {
 #if TURBODIFF_HAVE_SM90
   using K = td::kernels::BlockScaledSm90Kernel;
@@ -117,7 +118,8 @@ Status block_scaled_sm90_variant(const td::kernels::Int8GemmBlockScaledArgs& arg
               : v == BsVariant::PipelinedSmemScales ? K::PipelinedSmemScales
               : v == BsVariant::ThreeConsumers      ? K::ThreeConsumers
               : v == BsVariant::ThreeConsumersFastCvt ? K::ThreeConsumersFastCvt
-                                                      : K::ThreeConsumersSmemEpi;
+              : v == BsVariant::ThreeConsumersSmemEpi ? K::ThreeConsumersSmemEpi
+                                                      : K::ThreeConsumersOrdered;
   return td::kernels::int8_gemm_block_scaled_sm90(args, stream, k);
 #else
   (void)args, (void)v, (void)stream;
@@ -188,15 +190,16 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // variants differ only in instruction choice and overlap: same fp32 operations
 // in the same order). A variant that faults or hangs (the child gets 60 s) is
 // reported and not timed, so it cannot take the other measurements with it.
-constexpr int kNumVariants = 9;
+constexpr int kNumVariants = 10;
 const char* const kVariantNames[kNumVariants] = {"baseline",           "fast_promote",          "pipelined",
                                                  "pipelined_cvt",      "pipelined_smem_epi",    "pipelined_smem_scales",
-                                                 "three_consumers",    "three_consumers_fast",  "three_consumers_smem_epi"};
+                                                 "three_consumers",    "three_consumers_fast",  "three_consumers_smem_epi",
+                                                 "three_consumers_ordered"};
 const BsVariant kVariants[kNumVariants] = {BsVariant::Baseline,          BsVariant::FastPromote,
                                            BsVariant::Pipelined,         BsVariant::PipelinedCvt,
                                            BsVariant::PipelinedSmemEpi,  BsVariant::PipelinedSmemScales,
                                            BsVariant::ThreeConsumers,    BsVariant::ThreeConsumersFastCvt,
-                                           BsVariant::ThreeConsumersSmemEpi};
+                                           BsVariant::ThreeConsumersSmemEpi, BsVariant::ThreeConsumersOrdered};
 
 int probe_child(int fd) {
   auto say = [&](const std::string& line) {

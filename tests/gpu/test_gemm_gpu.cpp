@@ -40,7 +40,7 @@ namespace {
 constexpr int64_t kBlk = 128;
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// BlockScaledSm90{Fast,Pipe,PipeCvt,PipeSmemEpi,SmemScales,ThreeWg,ThreeWgFast,ThreeWgSmemEpi}: the
+// BlockScaledSm90{Fast,Pipe,PipeCvt,PipeSmemEpi,SmemScales,ThreeWg*}: the
 // variants of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h)
 // beside the default one.
 enum class Kernel {
@@ -55,7 +55,8 @@ enum class Kernel {
   BlockScaledSm90SmemScales,
   BlockScaledSm90ThreeWg,
   BlockScaledSm90ThreeWgFast,
-  BlockScaledSm90ThreeWgSmemEpi
+  BlockScaledSm90ThreeWgSmemEpi,
+  BlockScaledSm90ThreeWgOrdered
 };
 enum class Scheme { PostScale, Token128, Block128 };
 
@@ -73,6 +74,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::BlockScaledSm90ThreeWg: return "block_scaled_sm90_three_consumers";
     case Kernel::BlockScaledSm90ThreeWgFast: return "block_scaled_sm90_three_consumers_fast";
     case Kernel::BlockScaledSm90ThreeWgSmemEpi: return "block_scaled_sm90_three_consumers_smem_epi";
+    case Kernel::BlockScaledSm90ThreeWgOrdered: return "block_scaled_sm90_three_consumers_ordered";
   }
   return "?";
 }
@@ -84,7 +86,7 @@ bool is_sm90(Kernel k) {
          k == Kernel::BlockScaledSm90Pipe || k == Kernel::BlockScaledSm90PipeCvt ||
          k == Kernel::BlockScaledSm90PipeSmemEpi || k == Kernel::BlockScaledSm90SmemScales ||
          k == Kernel::BlockScaledSm90ThreeWg || k == Kernel::BlockScaledSm90ThreeWgFast ||
-         k == Kernel::BlockScaledSm90ThreeWgSmemEpi;
+         k == Kernel::BlockScaledSm90ThreeWgSmemEpi || k == Kernel::BlockScaledSm90ThreeWgOrdered;
 }
 #if TURBODIFF_HAVE_SM90
 constexpr bool kBuiltSm90 = true;
@@ -291,7 +293,8 @@ struct Problem {
       case Kernel::BlockScaledSm90SmemScales:
       case Kernel::BlockScaledSm90ThreeWg:
       case Kernel::BlockScaledSm90ThreeWgFast:
-      case Kernel::BlockScaledSm90ThreeWgSmemEpi: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
+      case Kernel::BlockScaledSm90ThreeWgSmemEpi:
+      case Kernel::BlockScaledSm90ThreeWgOrdered: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
     }
     return Status::InvalidArgument;
   }
@@ -330,6 +333,8 @@ struct Problem {
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersFastCvt);
     if (k == Kernel::BlockScaledSm90ThreeWgSmemEpi)
       return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersSmemEpi);
+    if (k == Kernel::BlockScaledSm90ThreeWgOrdered)
+      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersOrdered);
 #endif
 #endif
     (void)k, (void)args, (void)stream;
@@ -442,7 +447,9 @@ std::vector<KernelCase> sm90_block_variant_cases() {
           {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Token128},
           {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Block128},
           {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Token128},
-          {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Block128}};
+          {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Block128},
+          {Kernel::BlockScaledSm90ThreeWgOrdered, Scheme::Token128},
+          {Kernel::BlockScaledSm90ThreeWgOrdered, Scheme::Block128}};
 }
 // The block-scaled sm90 variants run the Wan-1.3B shapes with token128 scales
 // only (what the model runs; Block128 differs only in the scale load, which the
@@ -451,7 +458,8 @@ bool skip_wan_shapes(const KernelCase& c) {
   return (c.kernel == Kernel::BlockScaledSm90Fast || c.kernel == Kernel::BlockScaledSm90Pipe ||
           c.kernel == Kernel::BlockScaledSm90PipeCvt || c.kernel == Kernel::BlockScaledSm90PipeSmemEpi ||
           c.kernel == Kernel::BlockScaledSm90SmemScales || c.kernel == Kernel::BlockScaledSm90ThreeWg ||
-          c.kernel == Kernel::BlockScaledSm90ThreeWgFast || c.kernel == Kernel::BlockScaledSm90ThreeWgSmemEpi) &&
+          c.kernel == Kernel::BlockScaledSm90ThreeWgFast || c.kernel == Kernel::BlockScaledSm90ThreeWgSmemEpi ||
+          c.kernel == Kernel::BlockScaledSm90ThreeWgOrdered) &&
          c.scheme == Scheme::Block128;
 }
 
@@ -546,6 +554,7 @@ TEST(GemmGpuVariantsLarge, Wan14BShapePipelinedVariants) {
   check_kernel(Kernel::BlockScaledSm90ThreeWg, p, slices);
   check_kernel(Kernel::BlockScaledSm90ThreeWgFast, p, slices);
   check_kernel(Kernel::BlockScaledSm90ThreeWgSmemEpi, p, slices);
+  check_kernel(Kernel::BlockScaledSm90ThreeWgOrdered, p, slices);
 }
 
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
@@ -556,7 +565,7 @@ TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
                    Kernel::BlockScaledSm90Fast, Kernel::BlockScaledSm90Pipe, Kernel::BlockScaledSm90PipeCvt,
                    Kernel::BlockScaledSm90PipeSmemEpi, Kernel::BlockScaledSm90SmemScales,
                    Kernel::BlockScaledSm90ThreeWg, Kernel::BlockScaledSm90ThreeWgFast,
-                   Kernel::BlockScaledSm90ThreeWgSmemEpi}) {
+                   Kernel::BlockScaledSm90ThreeWgSmemEpi, Kernel::BlockScaledSm90ThreeWgOrdered}) {
     SCOPED_TRACE(kernel_name(k));
     const Scheme s = (k == Kernel::PostScaleSm90 || k == Kernel::PostScaleMma) ? Scheme::PostScale : Scheme::Token128;
     Problem p(s, 64, 128, 40, {});  // K % 16 != 0

@@ -80,7 +80,21 @@
 //                epilogue (residual reads). Predicted: +0-5% on the GEMM alone
 //                (the fourth stage given up may cost as much at K = 1536),
 //                +5-10% with the gated residual at K = 1536.
-// Prediction for the three (written before any GPU run). Per K block, with
+//   ThreeConsumersOrdered  ThreeConsumers with the wgmma issue put in turns:
+//                warp q of consumer warpgroup w waits on turn[w][q] before
+//                issuing a K block and then arrives on turn[(w + 1) % 3][q]
+//                (one shared-memory barrier per warpgroup and scheduler). The
+//                staggering ThreeConsumers relies on (one group promotes while
+//                the other two groups' wgmmas run) holds only if a scheduler's
+//                tensor core runs wgmmas in issue order and the groups start
+//                apart; if the three groups' wgmmas interleave instead, all
+//                three finish a K block together and promote together with
+//                the tensor cores idle (~300 of every ~1070 clocks). The
+//                turns keep them a batch apart. Costs a barrier wait and
+//                arrive per warp and K block. Predicted: equal to
+//                ThreeConsumers if the hardware already staggers them, up to
+//                +20-25% if it does not.
+// Prediction for the variants from PipelinedSmemScales on (written before any GPU run). Per K block, with
 // SS wgmma, shared memory moves reads A + (consumer groups) x B plus the TMA's
 // writes A + B: 128 x 128 tile 48 + 32 = 80 KB per 512 tensor clocks (160
 // B/clk against ~128 B/clk: at most ~80% of the INT8 peak, the ceiling the
@@ -182,6 +196,9 @@ struct TileConfig {
   // by a producer warp beside the TMA of the same stage.
   struct StorageScales : Storage {
     alignas(16) float scales[kStages][kBM + 4];
+    // ordered wgmma issue: turn[w][s] opens consumer warpgroup w's warp on
+    // scheduler s (warp % 4) for its next K block's wgmmas
+    alignas(8) uint64_t turn[kWGs][4];
   };
   // + the fp32 staging of half a tile row block (64 x 64) per consumer
   // warpgroup for the coalesced epilogue
@@ -260,8 +277,10 @@ __device__ __forceinline__ void cp_async_f32(float* smem_dst, const float* src, 
 // kWGs, kStagesT: consumer warpgroups (tile 64 kWGs x 128) and pipeline
 // stages (TileConfig). kSmemEpi without kSmemScales: the 2-consumer layout
 // SharedStorageEpi; with: TileConfig::StorageScalesEpi.
+// kOrderedIssue (single accumulator set, staged scales): the consumer
+// warpgroups issue their K blocks' wgmmas in turn (0, 1, .., 0, 1, ..).
 template <bool kFastCvt, bool kDoubleAcc, bool kSmemEpi = false, bool kSmemScales = false, int kWGs = 2,
-          int kStagesT = TileConfig<kWGs>::kStages>
+          int kStagesT = TileConfig<kWGs>::kStages, bool kOrderedIssue = false>
 __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
     int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p,
                                        const __grid_constant__ typename TileConfig<kWGs, kStagesT>::TmaA tma_a,
@@ -277,6 +296,7 @@ __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
   // the fp32 sums need the 232 registers of the two-consumer layout
   static_assert(!kDoubleAcc || kWGs == 2, "two accumulator sets need the 2-consumer register budget");
   static_assert(!kSmemEpi || kWGs == 2 || kSmemScales, "SharedStorageEpi is laid out for 2 consumers");
+  static_assert(!kOrderedIssue || (kSmemScales && !kDoubleAcc), "the turn barriers live in StorageScales");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
@@ -290,6 +310,9 @@ __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
       cutlass::arch::ClusterTransactionBarrier::init(&smem.full[s], kSmemScales ? 1 + 32 : 1);
       cutlass::arch::ClusterBarrier::init(&smem.empty[s], C::kConsumerWarps);
     }
+    if constexpr (kOrderedIssue)
+      for (int w = 0; w < kWGs; ++w)
+        for (int q = 0; q < 4; ++q) cutlass::arch::ClusterBarrier::init(&smem.turn[w][q], 1);
     cutlass::arch::fence_barrier_init();
   }
   if (warp == 0 && lane == 0) {
@@ -386,6 +409,12 @@ __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
     // This thread's two rows: r_lo (bit 3 clear) and r_lo + 8, as in every
     // m64nNk32 accumulator fragment.
     const int r_lo = int(get<0>(tCcC(0))) & ~8;
+    // kOrderedIssue: this warp's turn barrier and the next warpgroup's on the
+    // same scheduler (the tensor core a warp's wgmmas run on is its
+    // scheduler's, so the order matters among the warps sharing one). The
+    // first warpgroup's first wait passes on the fresh barrier (parity 1).
+    const int consumer_wg = warp_group - 1;
+    uint32_t turn_phase = consumer_wg == 0 ? 1u : 0u;
 
     int stage = 0;
     uint32_t phase = 0;
@@ -422,6 +451,10 @@ __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
       if constexpr (!kDoubleAcc) {
         for (int kt = 0; kt < p.ktiles; ++kt) {
           cutlass::arch::ClusterTransactionBarrier::wait(&smem.full[stage], phase);
+          if constexpr (kOrderedIssue) {
+            cutlass::arch::ClusterBarrier::wait(&smem.turn[consumer_wg][warp % 4], turn_phase);
+            turn_phase ^= 1;
+          }
           warpgroup_fence_operand(acc);
           warpgroup_arrive();
           tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -431,6 +464,10 @@ __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
             tiled_mma.accumulate_ = GMMA::ScaleOut::One;
           }
           warpgroup_commit_batch();
+          if constexpr (kOrderedIssue) {
+            __syncwarp();
+            if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.turn[(consumer_wg + 1) % kWGs][warp % 4]);
+          }
           float next_lo = 0.f, next_hi = 0.f;
           if constexpr (kSmemScales) {
             stage_scales(smem, stage, s_lo, s_hi);  // shared-memory latency under the wgmmas
@@ -651,7 +688,7 @@ __global__ void __launch_bounds__(TileConfig<kWGs, kStagesT>::kThreads, 1)
 #endif
 }
 
-constexpr int kNumVariants = 9;  // BlockScaledSm90Kernel values 1..9
+constexpr int kNumVariants = 10;  // BlockScaledSm90Kernel values 1..10
 
 struct DeviceFacts {
   int sm_count = 0, cc = 0;
@@ -753,6 +790,7 @@ static BlockScaledSm90Kernel block_scaled_sm90_env_default() {
     if (e && std::strcmp(e, "three_consumers") == 0) return BlockScaledSm90Kernel::ThreeConsumers;
     if (e && std::strcmp(e, "three_consumers_fast") == 0) return BlockScaledSm90Kernel::ThreeConsumersFastCvt;
     if (e && std::strcmp(e, "three_consumers_smem_epi") == 0) return BlockScaledSm90Kernel::ThreeConsumersSmemEpi;
+    if (e && std::strcmp(e, "three_consumers_ordered") == 0) return BlockScaledSm90Kernel::ThreeConsumersOrdered;
     if (e && std::strcmp(e, "baseline") == 0) return BlockScaledSm90Kernel::Baseline;
     // PipelinedCvt: on the H200 (2026-11-30, bench_gemm) 6-12% faster than the
     // baseline on 5 of the 6 large Wan shapes (-1% on 14B ffn1), identical
@@ -774,6 +812,7 @@ const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel k) {
     case BlockScaledSm90Kernel::ThreeConsumers: return "three_consumers";
     case BlockScaledSm90Kernel::ThreeConsumersFastCvt: return "three_consumers_fast";
     case BlockScaledSm90Kernel::ThreeConsumersSmemEpi: return "three_consumers_smem_epi";
+    case BlockScaledSm90Kernel::ThreeConsumersOrdered: return "three_consumers_ordered";
   }
   return "?";
 }
@@ -817,6 +856,9 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
     case BlockScaledSm90Kernel::ThreeConsumersSmemEpi:
       return launch_variant<Cfg3Epi>(&int8_gemm_block_scaled_sm90_kernel<false, false, true, true, 3, 4>, variant,
                                      int(sizeof(Cfg3Epi::StorageScalesEpi)), args, stream);
+    case BlockScaledSm90Kernel::ThreeConsumersOrdered:
+      return launch_variant<Cfg3>(&int8_gemm_block_scaled_sm90_kernel<false, false, false, true, 3, 5, true>, variant,
+                                  int(sizeof(Cfg3::StorageScales)), args, stream);
     case BlockScaledSm90Kernel::Default: break;
   }
   return Status::InvalidArgument;

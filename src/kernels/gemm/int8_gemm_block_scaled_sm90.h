@@ -26,18 +26,21 @@ namespace td::kernels {
 //   ThreeConsumersFastCvt  ThreeConsumers with FastPromote's conversion
 //   ThreeConsumersSmemEpi  ThreeConsumers with PipelinedSmemEpi's epilogue
 //                (4 pipeline stages beside the staging buffers)
+//   ThreeConsumersOrdered  ThreeConsumers with the warpgroups' wgmma issue
+//                forced into turns (0, 1, 2, 0, ...) by shared-memory barriers
 // Default = the environment variable TURBODIFF_GEMM_SM90_BLOCK_KERNEL
 // (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi |
 // pipelined_smem_scales | three_consumers | three_consumers_fast |
-// three_consumers_smem_epi, read once per process), else
+// three_consumers_smem_epi | three_consumers_ordered, read once per process), else
 // PipelinedCvt (measured fastest on the Wan shapes, H200 2026-11-30).
 // The two-argument overload above runs Default.
 enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4,
                                         PipelinedSmemEpi = 5, PipelinedSmemScales = 6, ThreeConsumers = 7,
-                                        ThreeConsumersFastCvt = 8, ThreeConsumersSmemEpi = 9 };
+                                        ThreeConsumersFastCvt = 8, ThreeConsumersSmemEpi = 9, ThreeConsumersOrdered = 10 };
 Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* stream, BlockScaledSm90Kernel kernel);
 // "baseline", "fast_promote", "pipelined", "pipelined_cvt", "pipelined_smem_epi", "pipelined_smem_scales",
-// "three_consumers", "three_consumers_fast", "three_consumers_smem_epi" (Default: what it resolves to).
+// "three_consumers", "three_consumers_fast", "three_consumers_smem_epi", "three_consumers_ordered"
+// (Default: what it resolves to).
 const char* block_scaled_sm90_kernel_name(BlockScaledSm90Kernel kernel);
 #endif
 
