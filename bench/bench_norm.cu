@@ -109,6 +109,11 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
                                             rows, dim, eps, stream, td::kernels::AdaLnRows::Two);
   });
+  // The AdaLnRows::Teams variant (persistent warp teams, staged modulation), same run.
+  record("adaln_modulate_teams", 4 * E, [&](int i) {
+    return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
+                                            rows, dim, eps, stream, td::kernels::AdaLnRows::Teams);
+  });
   // x += gate * y; out = LN(x) * (1 + scale) + shift (the FFN -> next block's norm1 step)
   auto rgn = [&](int i, bool f32_residual) {
     td::kernels::ResidualGateNormParams p;

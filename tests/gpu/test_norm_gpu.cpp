@@ -349,6 +349,32 @@ TEST(AdaLnModulateGpu, TwoRowsVariantMatchesCpu) {
   g_adaln_rows = AdaLnRows::One;
 }
 
+// AdaLnRows::Teams (persistent warp teams, staged modulation): the same cases
+// (1-warp teams at 64..1536, 2 warps at 4096, 4 at 5120; samples changing
+// inside a CTA's run of rows, so rows whose modulation comes from global
+// memory; per-token modulation; in place; mixed types and misaligned rows ->
+// the default kernel), plus 3072 (2 warps x 6), 6144 (the widest
+// it takes: 4 warps x 6, 48 KB staged) and 8960 (wider: the default runs).
+TEST(AdaLnModulateGpu, TeamsVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_adaln_rows = AdaLnRows::Teams;
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});
+  for (ElemType t : kActTypes) {
+    check_adaln(t, t, 333, 5120, 111, {.in_place = true});
+    check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
+    check_adaln(t, t, 45, 3072, 45);
+    check_adaln(t, t, 77, 6144, 20, {.x_pad = 8, .y_pad = 24});
+    check_adaln(t, t, 19, 8960, 7);
+  }
+  check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
+  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
+  g_adaln_rows = AdaLnRows::One;
+}
+
 // ---- residual_gate_norm -----------------------------------------------------------------------
 
 TEST(ResidualGateNormGpu, MatchesCpuEverySizeAndCase) {

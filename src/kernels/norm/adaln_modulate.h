@@ -26,8 +26,15 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
 //         their fp32 scale/shift once (vector path; rows that would not fit
 //         in 64 registers per thread take One). Candidate for issue 3's
 //         bandwidth bar: flip Auto once measured faster on the H200.
-//   Auto  TURBODIFF_ADALN_ROWS=2 if set, else One.
-enum class AdaLnRows { Auto, One, Two };
+//   Teams persistent 256-thread CTAs (one wave), a row per team of 1, 2 or
+//         4 warps, the CTA's sample's 1 + scale and shift staged once in
+//         shared memory, statistics by shuffles (multi-warp teams: one
+//         named barrier per row). Same per-element operations, statistics
+//         summed in another order (an output may differ from One's by one
+//         ulp). Vector path, x and y of one type, dim <= 6144; otherwise One.
+//         Candidate for issue 3's bandwidth bar.
+//   Auto  TURBODIFF_ADALN_ROWS=2|teams if set, else One.
+enum class AdaLnRows { Auto, One, Two, Teams };
 
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
