@@ -184,12 +184,13 @@ struct Options {
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- probe of the block-scaled sm90 variants --------------------------------
-// Each variant runs once in a child process (forked before this process
-// touches CUDA) on three problems (ktiles even and odd, several tiles per CTA),
-// its bf16 output compared bit for bit with the baseline variant's (the
-// variants differ only in instruction choice and overlap: same fp32 operations
-// in the same order). A variant that faults or hangs (the child gets 60 s) is
-// reported and not timed, so it cannot take the other measurements with it.
+// Each variant runs in a child process of its own (all forked before this
+// process touches CUDA) on three problems (ktiles even and odd, several tiles
+// per CTA), its bf16 output compared bit for bit with the baseline variant's,
+// which the same child runs first (the variants differ only in instruction
+// choice and overlap: same fp32 operations in the same order). A variant that
+// faults or hangs (its child gets 30 s) is reported and not timed, so it
+// cannot take the other variants' measurements with it.
 constexpr int kNumVariants = 10;
 const char* const kVariantNames[kNumVariants] = {"baseline",           "fast_promote",          "pipelined",
                                                  "pipelined_cvt",      "pipelined_smem_epi",    "pipelined_smem_scales",
@@ -201,7 +202,9 @@ const BsVariant kVariants[kNumVariants] = {BsVariant::Baseline,          BsVaria
                                            BsVariant::ThreeConsumers,    BsVariant::ThreeConsumersFastCvt,
                                            BsVariant::ThreeConsumersSmemEpi, BsVariant::ThreeConsumersOrdered};
 
-int probe_child(int fd) {
+// Child of probe_variants: the baseline, then variant `only` (0: the baseline
+// alone); writes "<name> <verdict>" for `only` to fd.
+int probe_child(int fd, int only) {
   auto say = [&](const std::string& line) {
     const std::string l = line + "\n";
     if (write(fd, l.data(), l.size()) < 0) _exit(3);
@@ -218,6 +221,7 @@ int probe_child(int fd) {
   // several tiles (the first has 11 x 12 = 132 of them: one per H200 SM)
   const P problems[] = {{2000, 1536, 1536}, {1111, 264, 1408}, {4000, 2048, 1664}};
   std::vector<std::string> verdict(kNumVariants, "ok");
+  const std::vector<int> run = only == 0 ? std::vector<int>{0} : std::vector<int>{0, only};
   for (const P& pr : problems) {
     const int64_t kb = (pr.K + 127) / 128;
     int8_t *a, *w;
@@ -239,7 +243,7 @@ int probe_child(int fd) {
     args.a_scale = sa, args.a_scale_kind = td::kernels::ActScale::Token128, args.ld_a_scale = pr.M;
     args.w_scale = sw, args.ld_w_scale = kb;
     std::vector<uint16_t> ref(size_t(pr.M * pr.N)), got(ref.size());
-    for (int v = 0; v < kNumVariants; ++v) {
+    for (int v : run) {
       args.op.out = v == 0 ? out0 : out;
       TD_BENCH_CUDA(cudaMemset(args.op.out, 0xff, size_t(pr.M * pr.N) * 2));
       const Status st = block_scaled_sm90_variant(args, kVariants[v], nullptr);
@@ -263,49 +267,53 @@ int probe_child(int fd) {
     for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(sa), static_cast<void*>(sw), out, out0})
       cudaFree(p);
   }
-  for (int v = 0; v < kNumVariants; ++v) say(std::string(kVariantNames[v]) + " " + verdict[size_t(v)]);
+  say(std::string(kVariantNames[only]) + " " + verdict[size_t(only)]);
   return 0;
 }
 
 // variant name -> "ok" / "differs ..." / "status ..." / "fault" / "no answer (hang?)".
 std::map<std::string, std::string> probe_variants() {
   std::map<std::string, std::string> result;
-  for (const char* n : kVariantNames) result[n] = "no answer (hang or crash of the probe)";
-  int fds[2];
-  if (pipe(fds) != 0) return result;
-  const pid_t pid = fork();
-  if (pid == 0) {
+  for (int v = 0; v < kNumVariants; ++v) {
+    const std::string name = kVariantNames[v];
+    result[name] = "no answer (hang or crash of the probe)";
+    int fds[2];
+    if (pipe(fds) != 0) continue;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      _exit(probe_child(fds[1], v));
+    }
+    close(fds[1]);
+    if (pid < 0) {
+      close(fds[0]);
+      continue;
+    }
+    int status = 0;
+    bool done = false;
+    for (int i = 0; i < 300 && !done; ++i) {  // 30 s
+      if (waitpid(pid, &status, WNOHANG) == pid) done = true;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!done) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    // the child's few lines fit the pipe's buffer: read after it ended
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, size_t(n));
     close(fds[0]);
-    _exit(probe_child(fds[1]));
-  }
-  close(fds[1]);
-  if (pid < 0) {
-    close(fds[0]);
-    return result;
-  }
-  int status = 0;
-  bool done = false;
-  for (int i = 0; i < 600 && !done; ++i) {  // 60 s
-    if (waitpid(pid, &status, WNOHANG) == pid) done = true;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (!done) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  std::string text;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, size_t(n));
-  close(fds[0]);
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(pos, end - pos);
-    const size_t sp = line.find(' ');
-    if (sp != std::string::npos) result[line.substr(0, sp)] = line.substr(sp + 1);
-    pos = end + 1;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(pos, end - pos);
+      const size_t sp = line.find(' ');
+      if (sp != std::string::npos) result[line.substr(0, sp)] = line.substr(sp + 1);
+      pos = end + 1;
+    }
   }
   return result;
 }
@@ -452,7 +460,7 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
       require_ok(block_scaled_sm90(block(S(i), false), stream), "block_scaled_sm90");
     });
     // The block-scaled sm90 variants side by side (the records above run the
-    // default one: TURBODIFF_GEMM_SM90_BLOCK_KERNEL, else baseline).
+    // default one: TURBODIFF_GEMM_SM90_BLOCK_KERNEL, else pipelined_cvt).
     // Only variants whose probe ran (a faulting or hanging one is skipped).
     for (int vi = 0; vi < kNumVariants; ++vi) {
       const BsVariant v = kVariants[vi];

@@ -94,9 +94,9 @@
 //                arrive per warp and K block. Predicted: equal to
 //                ThreeConsumers if the hardware already staggers them, up to
 //                +20-25% if it does not.
-// Prediction for the variants from PipelinedSmemScales on (written before any GPU run). Per K block, with
-// SS wgmma, shared memory moves reads A + (consumer groups) x B plus the TMA's
-// writes A + B: 128 x 128 tile 48 + 32 = 80 KB per 512 tensor clocks (160
+// Prediction for the variants from PipelinedSmemScales on (written before any
+// GPU run). Per K block, with SS wgmma, shared memory moves reads A +
+// (consumer groups) x B plus the TMA's writes A + B: 128 x 128 tile 48 + 32 = 80 KB per 512 tensor clocks (160
 // B/clk against ~128 B/clk: at most ~80% of the INT8 peak, the ceiling the
 // CUTLASS post-scale kernel's 1.9x BF16 sits under); 192 x 128: 72 + 40 = 112
 // KB per 768 clocks (146 B/clk: ~88%). Promotion per scheduler per K block:
@@ -112,8 +112,12 @@
 // 14B): the 2-consumer tile keeps its ~80% shared-memory ceiling and its
 // serial epilogue. ThreeConsumers: 65-75% of peak in the mainloop, less the
 // epilogue (~10% of a tile at K = 1536, ~3% at K >= 5120): ~1300-1450 TOP/s,
-// 1.7-1.9x BF16 at 14B and 1.3B ffn2, 1.5-1.7x at 1.3B qkv / ffn1. Tiles:
+// 1.7-1.9x BF16 at 14B and 1.3B ffn2, 1.5-1.7x at 1.3B qkv / ffn1 (qkv: 171 x
+// 12 = 2052 tiles = 15.5 waves of 132, ~3% lost to the last one). Tiles:
 // 32760 / 192 = 170.6 (0.2% of rows wasted), 75600 / 192 = 393.75.
+// ThreeConsumersFastCvt: within +-3% of ThreeConsumers if I2FP costs ~2
+// clocks per warp instruction; well ahead (ThreeConsumers capped at ~50%) if
+// it is the 16/clk/SM I2F.
 // Prediction (written before any GPU run; per 128x128x128 K block of a CTA =
 // 2.1M MAC at ~4096 INT8 MAC/clk/SM = ~512 clocks of wgmma): Baseline adds
 // the promotion of 16384 values after the wait, tensor cores idle: I2F at
