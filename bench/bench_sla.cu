@@ -25,7 +25,12 @@
 //     `sagesla_fused_total` (everything, linear K/V half on a second stream, the
 //     Staged linear kernels, as ops::sla fused with overlap: compare with
 //     `sagesla_total_radix_overlap`, the default), `sagesla_fused_total_serial`
-//     (the linear branch in line).
+//     (the linear branch in line);
+//     TD_SLA_FUSED=2 / SlaOptions::fused_kv_stats: `sagesla_fused_kv_prepare` (the
+//     linear K/V pass writing the sage K mean / V scales too; compare with
+//     `sagesla_linear_prepare_staged`), `sagesla_fused_kv_sage_prepare` (the sage
+//     pre-pass without its statistics pass; compare with `sagesla_fused_prepare`),
+//     `sagesla_fused_kv_total` (everything in line on one stream).
 //   The Staged linear kernels (SlaLinearKernels::Staged): `linear_staged` beside
 //     `linear` (whole branch), `sagesla_linear_prepare_staged` /
 //     `sagesla_linear_apply_staged` beside `sagesla_linear_prepare` /
@@ -361,6 +366,31 @@ int main(int argc, char** argv) {
                 attend();
                 td::kernels::sla_linear_add_cuda(pstaged, q, k, v, proj_w, proj_b, td::kernels::ElemType::F32, o, lin_ws,
                                                  lin_bytes, stream);
+              });
+            }
+            // TD_SLA_FUSED=2: the linear K/V pass also makes the sage statistics, in line.
+            td::kernels::SagePoolSums sums_given = sums;
+            sums_given.stats_given = true;
+            const td::kernels::SageStatsSlots slots = td::kernels::sage_stats_slots(ap, be, sage_ws);
+            td::kernels::SlaSageStats stats;
+            stats.km = slots.km;
+            stats.vscale = slots.vscale;
+            stats.vinv = slots.vinv;
+            auto kv_prepare = [&] {
+              return td::kernels::sla_linear_prepare_stats_cuda(pstaged, k, v, proj_w, proj_b,
+                                                                td::kernels::ElemType::F32, stats, lin_ws, lin_bytes,
+                                                                stream);
+            };
+            if (check(kv_prepare(), "sagesla_fused_kv_prepare") &&
+                check(prepare(sums_given), "sagesla_fused_kv_sage_prepare")) {
+              record("sagesla_fused_kv_prepare", [&](int) { kv_prepare(); });
+              record("sagesla_fused_kv_sage_prepare", [&](int) { prepare(sums_given); });
+              record("sagesla_fused_kv_total", [&](int) {
+                kv_prepare();
+                prepare(sums_given);
+                select();
+                attend();
+                td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream);
               });
             }
             cudaFree(sums_buf);

@@ -90,8 +90,17 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
 // score (~10 us, 6 MB of sums read) + top-k (26 us): ~0.04 ms instead of
 // 0.18 ms. At 1x40x75600: pooling ~0.44 ms and score ~1.3 ms go, Tiled score
 // ~0.15 ms + top-k: ~0.35 ms instead of 2.0 ms.
+// kv_stats_ws (TD_SLA_FUSED=2 with proj_l): first the linear branch's K/V half
+// in line with the Staged kernels, which also writes the sage K mean and V
+// scales into the sage workspace (sla_linear_prepare_stats_cuda), so the sage
+// pre-pass skips its statistics pass: K and V are read once for both instead of
+// twice (-201 MB, ~0.06 ms at 1x12x32760; -1.5 GB, ~0.45 ms at 1x40x75600),
+// and the K/V half is no longer competing from a second stream. The caller
+// then adds the Q half from *kv_stats_ws.
 Tensor sagesla_fused(const kernels::SlaProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& lut,
-                     int64_t n_sel, const std::function<void(kernels::Status, const char*)>& check) {
+                     int64_t n_sel, const std::function<void(kernels::Status, const char*)>& check,
+                     Tensor* kv_stats_ws, const Tensor& proj_weight, const Tensor& proj_bias,
+                     kernels::ElemType proj_type) {
   void* stream = cuda::current_stream();
   kernels::AttnProblem ap;
   ap.batch = p.batch;
@@ -123,6 +132,18 @@ Tensor sagesla_fused(const kernels::SlaProblem& p, const Tensor& q, const Tensor
   kernels::SagePoolSums ps;
   ps.q_sum64 = sums.data<float>();
   ps.k_sum64 = sums.data<float>() + bh * nb * p.head_dim;
+  if (kv_stats_ws) {
+    const kernels::SageStatsSlots slots = kernels::sage_stats_slots(ap, be, sage_ws.raw_data());
+    kernels::SlaSageStats stats;
+    stats.km = slots.km;
+    stats.vscale = slots.vscale;
+    stats.vinv = slots.vinv;
+    check(kernels::sla_linear_prepare_stats_cuda(p, k.raw_data(), v.raw_data(), proj_weight.raw_data(),
+                                                 proj_bias.raw_data(), proj_type, stats, kv_stats_ws->raw_data(),
+                                                 size_t(kv_stats_ws->numel()), stream),
+          "linear branch (K/V half with the sage statistics)");
+    ps.stats_given = true;
+  }
   check_attn(kernels::sage_prepare_cuda(ap, q.raw_data(), k.raw_data(), v.raw_data(), &sp, be, ps,
                                         sage_ws.raw_data(), sage_bytes, stream),
              "sage pre-pass with block sums");
@@ -191,8 +212,19 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   // SageSLA: the selection with the sage kernel's blocks, its block-sparse kernel, our linear branch.
   const int64_t n_sel = kernels::sla_selected_blocks(p.topk, p.key_blocks());
   Tensor lut = Tensor::empty({p.batch, p.heads, p.query_blocks(), n_sel}, DType::I32, q.device());
+  // fused: 0 off, 1 the sage pass's block sums (TD_SLA_FUSED=1), 2 and the sage
+  // statistics from the linear branch's K/V pass (TD_SLA_FUSED=2; with proj_l only).
+  int fused = 0;
+  if (options.fused) {
+    fused = *options.fused ? (options.fused_kv_stats.value_or(false) ? 2 : 1) : 0;
+  } else {
+    const char* env = std::getenv("TD_SLA_FUSED");
+    fused = env && std::string(env) == "1" ? 1 : env && std::string(env) == "2" ? 2 : 0;
+    if (fused && options.fused_kv_stats) fused = *options.fused_kv_stats ? 2 : 1;
+  }
+  const bool kv_stats = fused == 2 && proj_weight.defined();
   bool overlap = false;
-  if (proj_weight.defined()) {
+  if (proj_weight.defined() && !kv_stats) {  // kv_stats: the K/V half runs in line, first
     if (options.overlap_linear) {
       overlap = *options.overlap_linear;
     } else {
@@ -232,16 +264,10 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
       }
     }
   } guard{join_event.get(), join_aux};
-  bool fused = false;
-  if (options.fused) {
-    fused = *options.fused;
-  } else {
-    const char* env = std::getenv("TD_SLA_FUSED");
-    fused = env && std::string(env) == "1";
-  }
   Tensor o;
+  if (kv_stats) lin_ws = Tensor::empty({int64_t(kernels::sla_linear_workspace_size(p))}, DType::U8, q.device());
   if (fused) {
-    o = sagesla_fused(p, q, k, v, lut, n_sel, check);
+    o = sagesla_fused(p, q, k, v, lut, n_sel, check, kv_stats ? &lin_ws : nullptr, proj_weight, proj_bias, proj_type);
   } else {
     {
       const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
@@ -259,7 +285,11 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   }
   TD_CHECK(o.is_contiguous() && o.shape() == Shape({p.batch, p.len, p.heads, D}), Internal, kOp,
            ": the sage kernel returned ", o.desc(), ", expected a contiguous [B, L, H, D]");
-  if (overlap) {
+  if (kv_stats) {
+    check(kernels::sla_linear_apply_cuda(p, q.raw_data(), o.raw_data(), lin_ws.raw_data(), size_t(lin_ws.numel()),
+                                         stream),
+          "linear branch (Q half)");
+  } else if (overlap) {
     guard.aux = nullptr;
     check(kernels::sla_stream_wait(stream, join_aux, join_event->native()), "join");
     check(kernels::sla_linear_apply_cuda(p, q.raw_data(), o.raw_data(), lin_ws.raw_data(), size_t(lin_ws.numel()),

@@ -796,8 +796,9 @@ TEST(SlaGpu, FusedSelectionFromSageSumsMatchesTheReference) {
 
 // SageSLA's fused path through ops::sla (SlaOptions::fused) against the CPU
 // layer (the sagesla bar: rel L2 <= 5e-2, cosine >= 0.999), with the linear
-// branch in line and overlapped, both block shapes (64 x 128: sm_90a kernel;
-// 128 x 64: portable), proj_l and none; the same bits on a second run and with
+// branch in line and overlapped, block shapes 64 x 128 (the sm_90a kernel),
+// 128 x 128 (portable) and 128 x 64 (the `sla` layer: Tiled score and Staged
+// linear kernels only), proj_l and none; the same bits on a second run and with
 // or without the overlap; and close to the default path (rel L2 <= 1e-2: the
 // same quantization, a LUT that can differ only at near-ties).
 TEST(SlaGpu, SageSlaFusedMatchesTheCpuLayerAndIsDeterministic) {
@@ -808,7 +809,8 @@ TEST(SlaGpu, SageSlaFusedMatchesTheCpuLayerAndIsDeterministic) {
     bool bhld, with_proj;
   };
   for (const Case& c : {Case{2113, 3, 128, 64, 128, 0.15, true, true}, Case{1000, 2, 64, 64, 128, 0.1, false, true},
-                        Case{1537, 2, 128, 128, 64, 0.2, false, true}, Case{300, 2, 128, 64, 128, 0.3, true, false},
+                        Case{1537, 2, 128, 128, 128, 0.2, false, true}, Case{1000, 2, 128, 128, 64, 0.2, true, true},
+                        Case{300, 2, 128, 64, 128, 0.3, true, false},
                         Case{70, 1, 128, 64, 128, 0.05, false, true}}) {
     SCOPED_TRACE(testing::Message() << "L" << c.L << " H" << c.H << " D" << c.D << " blocks " << c.block_q << "x"
                                     << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD")
@@ -844,6 +846,108 @@ TEST(SlaGpu, SageSlaFusedMatchesTheCpuLayerAndIsDeterministic) {
     for (size_t i = 1; i < outs.size(); ++i)
       EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[i].raw_data(), size_t(outs[0].numel()) * 2), 0)
           << "fused run " << i << " differs from the first";
+    // fused_kv_stats (TD_SLA_FUSED=2): the sage statistics from the linear K/V
+    // pass; the same bars, deterministic, close to plain fused (the K mean
+    // summed in another order: INT8 K can move by a code at rounding edges).
+    std::vector<Tensor> kvs;
+    for (int run = 0; run < 2; ++run) {
+      ops::SlaOptions f = so;
+      f.fused = true;
+      f.fused_kv_stats = true;
+      kvs.push_back(ops::sla(in.qd, in.kd, in.vd, wd, bd, f).to(Device::cpu()));
+    }
+    const auto acc3 = test::compare(kvs[0], ref);
+    std::printf("sagesla fused+kv-stats L%lld D%lld %lldx%lld: %s\n", (long long)c.L, (long long)c.D,
+                (long long)c.block_q, (long long)c.block_k, acc3.str().c_str());
+    TD_EXPECT_CLOSE(acc3, 5e-2, 0.999);
+    TD_EXPECT_CLOSE(test::compare(kvs[0], outs[0]), 1e-2, 0.9999);
+    EXPECT_EQ(std::memcmp(kvs[0].raw_data(), kvs[1].raw_data(), size_t(kvs[0].numel()) * 2), 0)
+        << "fused+kv-stats: two runs differ";
+  }
+}
+
+// sla_linear_prepare_stats_cuda: the sage statistics it writes against the
+// sage pre-pass's own (sage_prepare_cuda then sage_stats_slots): V scales bit
+// for bit (a max is order-free; the same formulas), K mean within 1e-5 + 1e-5·|km|
+// (fp32 sums of L values in another order); and its M / Σφ(K) / bias the same
+// bits as the Staged prepare without statistics (the same o after the apply).
+TEST(SlaGpu, LinearPrepareWithSageStatsMatchesTheSagePrepass) {
+  TD_REQUIRE_GPU();
+  struct Case {
+    int64_t B, L, H, D;
+    bool bhld;
+  };
+  for (const Case& c : {Case{1, 2113, 3, 128, true}, Case{2, 1000, 2, 64, false}, Case{1, 77, 2, 128, false},
+                        Case{1, 20000, 2, 128, false}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D);
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 64, 128);
+    pd.linear_kernels = kernels::SlaLinearKernels::Staged;
+    kernels::AttnProblem ap;
+    ap.batch = c.B;
+    ap.heads = c.H;
+    ap.len_q = ap.len_kv = c.L;
+    ap.head_dim = c.D;
+    ap.q = pd.q;
+    ap.k = pd.k;
+    ap.v = pd.v;
+    ap.o = pd.o;
+    ap.scale = pd.scale;
+    ap.qkv_type = ap.o_type = kernels::ElemType::BF16;
+    const auto be = kernels::SageBackend::Portable;  // the statistics are the same for both backends
+    const size_t sage_bytes = kernels::sage_attention_workspace_size(ap, be);
+    Tensor sage_ws = Tensor::empty({int64_t(sage_bytes)}, DType::U8, Device::cuda(0));
+    test::poison(sage_ws);
+    void* st = cuda::current_stream();
+    ASSERT_EQ(kernels::sage_prepare_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), nullptr, be, {},
+                                         sage_ws.raw_data(), sage_bytes, st),
+              Status::Ok)
+        << kernels::attention_last_error();
+    const kernels::SageStatsSlots slots = kernels::sage_stats_slots(ap, be, sage_ws.raw_data());
+    const int64_t n = c.B * c.H * c.D;
+    Tensor mine = device_buffer({3, n}, DType::F32);
+    kernels::SlaSageStats stats;
+    stats.km = mine.data<float>();
+    stats.vscale = mine.data<float>() + n;
+    stats.vinv = mine.data<float>() + 2 * n;
+    const Tensor w = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor bias = test::randn_tensor({c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    Tensor ws1 = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    Tensor ws2 = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    test::poison(ws1);
+    test::poison(ws2);
+    ASSERT_EQ(kernels::sla_linear_prepare_stats_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                                     bias.raw_data(), kernels::ElemType::F32, stats, ws1.raw_data(),
+                                                     ws_bytes, st),
+              Status::Ok)
+        << kernels::sla_last_error();
+    ASSERT_EQ(kernels::sla_linear_prepare_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(), bias.raw_data(),
+                                               kernels::ElemType::F32, ws2.raw_data(), ws_bytes, st),
+              Status::Ok)
+        << kernels::sla_last_error();
+    auto slot = [&](const float* ptr) {  // a [B·H, D] slot of the sage workspace, to the host
+      cuda::synchronize(0);
+      std::vector<float> h(static_cast<size_t>(n));
+      cuda::memcpy_sync(h.data(), ptr, size_t(n) * 4, false);
+      return h;
+    };
+    const auto got = download<float>(mine);
+    const auto km = slot(slots.km), vs = slot(slots.vscale), vi = slot(slots.vinv);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_LE(std::abs(double(got[size_t(i)]) - km[size_t(i)]), 1e-5 + 1e-5 * std::abs(km[size_t(i)])) << "km " << i;
+      ASSERT_EQ(got[size_t(n + i)], vs[size_t(i)]) << "vscale " << i;
+      ASSERT_EQ(got[size_t(2 * n + i)], vi[size_t(i)]) << "vinv " << i;
+    }
+    const Tensor o0 = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16).to(Device::cuda(0));
+    Tensor o1 = o0.clone(), o2 = o0.clone();
+    ASSERT_EQ(kernels::sla_linear_apply_cuda(pd, in.qd.raw_data(), o1.raw_data(), ws1.raw_data(), ws_bytes, st),
+              Status::Ok);
+    ASSERT_EQ(kernels::sla_linear_apply_cuda(pd, in.qd.raw_data(), o2.raw_data(), ws2.raw_data(), ws_bytes, st),
+              Status::Ok);
+    const Tensor h1 = o1.to(Device::cpu()), h2 = o2.to(Device::cpu());
+    EXPECT_EQ(std::memcmp(h1.raw_data(), h2.raw_data(), size_t(h1.numel()) * 2), 0)
+        << "the K/V pass with statistics changed the linear branch";
   }
 }
 

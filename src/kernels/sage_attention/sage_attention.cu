@@ -914,11 +914,22 @@ Status sage_prepare_cuda(const AttnProblem& p, const void* q, const void* k, con
   const auto st = static_cast<cudaStream_t>(stream);
   sage::PrepParams pp = sage::prep_params(p, l, q, k, v, workspace);
   pp.v_fp8 = backend == SageBackend::Sm90;
-  if (Status s = sage::run_stats(pp, p, st); s != Status::Ok) return s;
+  if (!sums.stats_given)
+    if (Status s = sage::run_stats(pp, p, st); s != Status::Ok) return s;
   sage::PoolOut pool;
   pool.q_sum64 = sums.q_sum64;
   pool.k_sum64 = sums.k_sum64;
   return sage::run_quant_pool(pp, p, pool, st);
+}
+
+SageStatsSlots sage_stats_slots(const AttnProblem& p, SageBackend backend, void* workspace) {
+  const sage::Layout l = sage::layout_for(p, backend == SageBackend::Sm90);
+  auto* ws = static_cast<uint8_t*>(workspace);
+  SageStatsSlots slots;
+  slots.km = reinterpret_cast<float*>(ws + l.km);
+  slots.vscale = reinterpret_cast<float*>(ws + l.vscale);
+  slots.vinv = reinterpret_cast<float*>(ws + l.vinv);
+  return slots;
 }
 
 Status sage_attend_cuda(const AttnProblem& p, void* o, float* lse, const SageSparse* sparse, SageBackend backend,

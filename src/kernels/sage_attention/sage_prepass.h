@@ -26,7 +26,21 @@ namespace td::kernels {
 struct SagePoolSums {
   float* q_sum64 = nullptr;
   float* k_sum64 = nullptr;
+  // The K mean and V scales are already in the workspace (written through
+  // sage_stats_slots, e.g. by the SLA linear branch's K/V pass): skip the
+  // statistics pass (which reads K and V once more).
+  bool stats_given = false;
 };
+
+// Where the workspace keeps the statistics the quantize pass reads ([B·H, D]
+// fp32 each): km (K mean), vscale (amax|V| / 448), vinv (448 / amax, 0 for an
+// all-zero channel). For a caller that computes them itself (stats_given).
+struct SageStatsSlots {
+  float* km = nullptr;
+  float* vscale = nullptr;
+  float* vinv = nullptr;
+};
+SageStatsSlots sage_stats_slots(const AttnProblem& p, SageBackend backend, void* workspace);
 // 64-token blocks per (b, h) in those arrays: the sage padding (len rounded up to 128) / 64.
 int64_t sage_sum64_blocks(int64_t len);
 

@@ -62,7 +62,7 @@ enum class SlaTopkAlgo { Auto, Bitonic, Radix };
 // 63 GB/s, issue-bound on shared loads). Tiled: 64 x 64 blocks per CTA, a 4 x 4
 // register block per thread, 32-channel slices staged transposed in shared
 // memory with the next slice prefetched into registers. Auto: Tiled when the
-// environment has TD_SLA_SCORE=tiled or TD_SLA_FUSED=1, else Simple.
+// environment has TD_SLA_SCORE=tiled or TD_SLA_FUSED=1|2, else Simple.
 enum class SlaScoreKernel { Auto, Simple, Tiled };
 
 // The CUDA linear branch's kernels (both halves; the same for sla_linear_add_cuda
@@ -76,7 +76,7 @@ enum class SlaScoreKernel { Auto, Simple, Tiled };
 // latency behind φ and the mma), forms o + acc/den + bias in shared memory and
 // stores 16-byte rows. Same formulas; φ's row sums in another order, so the bits
 // may differ from Warp's in the last place. Auto: Staged when the environment
-// has TD_SLA_LINEAR=staged or TD_SLA_FUSED=1, else Warp.
+// has TD_SLA_LINEAR=staged or TD_SLA_FUSED=1|2, else Warp.
 enum class SlaLinearKernels { Auto, Warp, Staged };
 
 struct SlaProblem {
@@ -178,6 +178,23 @@ Status sla_linear_prepare_cuda(const SlaProblem& p, const void* k, const void* v
                                void* stream);
 Status sla_linear_apply_cuda(const SlaProblem& p, const void* q, void* o, void* workspace, size_t workspace_bytes,
                              void* stream);
+// The SageAttention statistics the K/V half can make in the same pass over K
+// and V (SageSLA's fused path with proj_l: the sage pre-pass then skips its own
+// K/V statistics pass, sage_prepass.h): [B·H, D] fp32 each, the sage
+// workspace's slots (sage_stats_slots): km = mean of K over the tokens,
+// vscale = amax|V| / 448, vinv = 448 / amax (0 for an all-zero channel).
+struct SlaSageStats {
+  float* km = nullptr;
+  float* vscale = nullptr;
+  float* vinv = nullptr;
+};
+// sla_linear_prepare_cuda with the Staged kernels (whatever p.linear_kernels
+// says) that also writes `stats`: Σ K and max |V| per chunk from the K/V tiles
+// already in shared memory, reduced in chunk order by kv_project. The same M,
+// Σφ(K) and bias as the Staged prepare, bit for bit.
+Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const void* v, const void* proj_weight,
+                                     const void* proj_bias, ElemType proj_type, const SlaSageStats& stats,
+                                     void* workspace, size_t workspace_bytes, void* stream);
 // `waiting` waits for the work queued on `source` so far (cudaEvent_t `event`
 // recorded on source, then cudaStreamWaitEvent): the fork and the join of the
 // linear branch's K/V half on a second stream (sla_layer.cu).

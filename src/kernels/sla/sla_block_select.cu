@@ -494,7 +494,7 @@ Status select_checks(const SlaProblem& p, const void* workspace, size_t workspac
   return Status::Ok;
 }
 
-// SlaScoreKernel::Auto -> Tiled when TD_SLA_SCORE=tiled or TD_SLA_FUSED=1 (read
+// SlaScoreKernel::Auto -> Tiled when TD_SLA_SCORE=tiled or TD_SLA_FUSED=1|2 (read
 // per call, for A/B runs), else Simple. Tiled needs head_dim % 4 == 0 (float4
 // staging); other head_dims take Simple, which gives the same scores anyway.
 bool use_tiled_score(const SlaProblem& p) {
@@ -503,8 +503,8 @@ bool use_tiled_score(const SlaProblem& p) {
   const char* score = std::getenv("TD_SLA_SCORE");
   if (score && std::strcmp(score, "tiled") == 0) return true;
   if (score && std::strcmp(score, "simple") == 0) return false;
-  const char* fused = std::getenv("TD_SLA_FUSED");
-  return fused && std::strcmp(fused, "1") == 0;
+  const char* fused = std::getenv("TD_SLA_FUSED");  // 1 or 2: the fused SageSLA path
+  return fused && (std::strcmp(fused, "1") == 0 || std::strcmp(fused, "2") == 0);
 }
 
 // The top-k of every query block's row of scores into the LUT / map (either algorithm: the same result).

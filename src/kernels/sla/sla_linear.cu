@@ -59,6 +59,8 @@ struct Workspace {
   __nv_bfloat16* m; // [BH, D, D]
   float* ksum;      // [BH, D]
   float* bias;      // [D]
+  float* part_kraw; // [BH, n_chunks, D] Σ raw K per chunk (Staged with sage statistics only)
+  float* part_vmax; // [BH, n_chunks, D] max |V| per chunk (likewise)
   size_t bytes;
 };
 Workspace carve(const SlaProblem& p, void* base) {
@@ -77,6 +79,8 @@ Workspace carve(const SlaProblem& p, void* base) {
   w.m = reinterpret_cast<__nv_bfloat16*>(take(bh * d * d * 2));
   w.ksum = reinterpret_cast<float*>(take(bh * d * 4));
   w.bias = reinterpret_cast<float*>(take(d * 4));
+  w.part_kraw = reinterpret_cast<float*>(take(bh * n * d * 4));
+  w.part_vmax = reinterpret_cast<float*>(take(bh * n * d * 4));
   w.bytes = off;
   return w;
 }
@@ -91,6 +95,7 @@ struct LinParams {
   const void* proj_b;
   int heads, len, chunk_len, n_chunks;
   Workspace ws;
+  SlaSageStats stats;  // all null unless the K/V pass also makes the sage statistics
 };
 
 // One head_dim row of a swizzled bf16 tile, E = D / 32 values per lane
@@ -257,11 +262,29 @@ __global__ void __launch_bounds__(KvTraits<D>::kThreads) kv_partial_kernel(const
   }
 }
 
-template <int D, typename WT>
+// kStats (SageSLA's fused path): CTA f == 0 of each (b, h) also turns the K/V
+// pass's per-chunk Σ K / max |V| into the sage statistics (chunk order: fixed):
+// km = Σ K / len, vscale = amax / 448, vinv = 448 / amax (0 for an all-zero
+// channel), the formulas of the sage pre-pass's finalize.
+template <int D, typename WT, bool kStats = false>
 __global__ void __launch_bounds__(D) kv_project_kernel(const LinParams p) {
   __shared__ float row[D];
   const int f = blockIdx.x, c = threadIdx.x;
   const int64_t bh = blockIdx.y;
+  if constexpr (kStats) {
+    if (f == 0) {
+      const float* kr = p.ws.part_kraw + bh * p.n_chunks * D + c;
+      const float* vm = p.ws.part_vmax + bh * p.n_chunks * D + c;
+      float s = 0.f, m = 0.f;
+      for (int ch = 0; ch < p.n_chunks; ++ch) {
+        s += kr[int64_t(ch) * D];
+        m = fmaxf(m, vm[int64_t(ch) * D]);
+      }
+      p.stats.km[bh * D + c] = s / float(p.len);
+      p.stats.vscale[bh * D + c] = m / 448.f;
+      p.stats.vinv[bh * D + c] = m > 0.f ? 448.f / m : 0.f;
+    }
+  }
   const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f) * D + c;
   float s = 0.f;
   for (int ch = 0; ch < p.n_chunks; ++ch) s += part[int64_t(ch) * D * D];
@@ -571,7 +594,12 @@ struct StagedKvTraits {
   static constexpr int kSmemBytes = kStages * 2 * kTileBytes;
 };
 
-template <int D, int FM>
+// kStats: the same pass also makes the SageAttention statistics for SageSLA's
+// fused path (sla_linear_prepare_stats_cuda): per chunk Σ raw K and max |V| per
+// channel (thread: a channel pair, a quarter of the tile's rows, bf16x2 shared
+// loads before φ overwrites K), into part_kraw / part_vmax; kv_project's kStats
+// instantiation reduces them into the K mean and the V scales.
+template <int D, int FM, bool kStats = false>
 __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_staged_kernel(const LinParams p) {
   using T = StagedKvTraits<D>;
   constexpr int kThreads = T::kThreads, kWarps = kThreads / 32, kChunks = D / 8;
@@ -604,6 +632,9 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
   float ks[kPer];
 #pragma unroll
   for (int e = 0; e < kPer; ++e) ks[e] = 0.f;
+  // kStats: thread -> channels 2·pair, 2·pair + 1 of rows quarter·16 .. +15 (kThreads = 2·D = 4 quarters of D/2 pairs).
+  const int pair = tid % (D / 2), quarter = tid / (D / 2);
+  float kraw0 = 0.f, kraw1 = 0.f, vmax0 = 0.f, vmax1 = 0.f;
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<1>();  // tile j landed (j + 1 may still be in flight)
@@ -612,6 +643,24 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
     cp_async_commit();
     const uint32_t sk = stage_of(j), sv = sk + T::kTileBytes;
     const int valid = t_end - (t_begin + j * kTile);
+    if constexpr (kStats) {  // rows past `valid` were zero-filled: they add 0 and max with 0
+      const uint32_t col = uint32_t(((pair * 2) % 8) * 2);
+#pragma unroll 4
+      for (int rr = 0; rr < kTile / 4; ++rr) {
+        const int r = quarter * (kTile / 4) + rr;
+        const uint32_t off = swizzle<kChunks>(r, (pair * 2) / 8) + col;
+        uint32_t kw, vw;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(kw) : "r"(sk + off));
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(vw) : "r"(sv + off));
+        const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kw));
+        const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vw));
+        kraw0 += kf.x;
+        kraw1 += kf.y;
+        vmax0 = fmaxf(vmax0, fabsf(vf.x));
+        vmax1 = fmaxf(vmax1, fabsf(vf.y));
+      }
+      __syncthreads();  // raw K read everywhere before φ overwrites it
+    }
 
 #pragma unroll
     for (int step = 0; step < kRowsPerWarp / 4; ++step) {
@@ -695,11 +744,29 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
   if (g == 0)
 #pragma unroll
     for (int e = 0; e < kPer; ++e) red[warp * D + sub * kPer + e] = ks[e];
+  if constexpr (kStats) {  // [4 quarters, D] each of Σ K and max |V|, after red
+    float* sred = red + kWarps * D;
+    sred[quarter * D + 2 * pair] = kraw0;
+    sred[quarter * D + 2 * pair + 1] = kraw1;
+    sred[4 * D + quarter * D + 2 * pair] = vmax0;
+    sred[4 * D + quarter * D + 2 * pair + 1] = vmax1;
+  }
   __syncthreads();
   if (tid < D) {
     float s = 0.f;
     for (int w = 0; w < kWarps; ++w) s += red[w * D + tid];
     p.ws.part_ks[slot * D + tid] = s;
+    if constexpr (kStats) {
+      const float* sred = red + kWarps * D;
+      float kr = 0.f, vm = 0.f;
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        kr += sred[q4 * D + tid];
+        vm = fmaxf(vm, sred[4 * D + q4 * D + tid]);
+      }
+      p.ws.part_kraw[slot * D + tid] = kr;
+      p.ws.part_vmax[slot * D + tid] = vm;
+    }
   }
 }
 
@@ -712,21 +779,22 @@ Status launch_error(const char* what) {
 
 constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; linear_apply
 
-// SlaLinearKernels::Auto -> Staged when TD_SLA_LINEAR=staged or TD_SLA_FUSED=1
+// SlaLinearKernels::Auto -> Staged when TD_SLA_LINEAR=staged or TD_SLA_FUSED=1|2
 // (read per call, for A/B runs), else Warp.
 bool use_staged_linear(const SlaProblem& p) {
   if (p.linear_kernels != SlaLinearKernels::Auto) return p.linear_kernels == SlaLinearKernels::Staged;
   const char* apply = std::getenv("TD_SLA_LINEAR");
   if (apply && std::strcmp(apply, "staged") == 0) return true;
   if (apply && std::strcmp(apply, "warp") == 0) return false;
-  const char* fused = std::getenv("TD_SLA_FUSED");
-  return fused && std::strcmp(fused, "1") == 0;
+  const char* fused = std::getenv("TD_SLA_FUSED");  // 1 or 2: the fused SageSLA path
+  return fused && (std::strcmp(fused, "1") == 0 || std::strcmp(fused, "2") == 0);
 }
 
 template <int D, int FM>
 Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
-  if ((phases & kPhasePrepare) && use_staged_linear(sp)) {
-    auto kernel = kv_partial_staged_kernel<D, FM>;
+  const bool with_stats = p.stats.km != nullptr;
+  if ((phases & kPhasePrepare) && (use_staged_linear(sp) || with_stats)) {
+    auto kernel = with_stats ? kv_partial_staged_kernel<D, FM, true> : kv_partial_staged_kernel<D, FM>;
     constexpr int smem = StagedKvTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
       return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
@@ -746,10 +814,16 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
   }
   if (phases & kPhasePrepare) {
     const dim3 pgrid(unsigned(D), unsigned(sp.batch * sp.heads));
-    if (proj_type == ElemType::F32)
+    if (with_stats) {
+      if (proj_type == ElemType::F32)
+        kv_project_kernel<D, float, true><<<pgrid, D, 0, st>>>(p);
+      else
+        kv_project_kernel<D, __nv_bfloat16, true><<<pgrid, D, 0, st>>>(p);
+    } else if (proj_type == ElemType::F32) {
       kv_project_kernel<D, float><<<pgrid, D, 0, st>>>(p);
-    else
+    } else {
       kv_project_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
+    }
     if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
   }
   if (!(phases & kPhaseApply)) return Status::Ok;
@@ -794,7 +868,7 @@ size_t sla_linear_workspace_size(const SlaProblem& p) { return carve(p, nullptr)
 namespace {
 Status linear_impl(const SlaProblem& p, const void* q, const void* k, const void* v, const void* proj_weight,
                    const void* proj_bias, ElemType proj_type, void* o, void* workspace, size_t workspace_bytes,
-                   void* stream, int phases) {
+                   void* stream, int phases, const SlaSageStats& stats = {}) {
   using detail::sla_fail;
   if (Status s = sla_check(p); s != Status::Ok) return s;
   if (p.head_dim != 64 && p.head_dim != 128)
@@ -834,6 +908,9 @@ Status linear_impl(const SlaProblem& p, const void* q, const void* k, const void
   lp.chunk_len = int(c.chunk_len);
   lp.n_chunks = int(c.n_chunks);
   lp.ws = ws;
+  lp.stats = stats;
+  if ((stats.km || stats.vscale || stats.vinv) && !(stats.km && stats.vscale && stats.vinv))
+    return sla_fail(Status::InvalidArgument, "sla_linear_prepare_stats_cuda: km, vscale and vinv must all be given");
   const auto st = static_cast<cudaStream_t>(stream);
   return p.head_dim == 64 ? run_fm<64>(p, lp, proj_type, st, phases) : run_fm<128>(p, lp, proj_type, st, phases);
 }
@@ -851,6 +928,17 @@ Status sla_linear_prepare_cuda(const SlaProblem& p, const void* k, const void* v
                                void* stream) {
   return linear_impl(p, nullptr, k, v, proj_weight, proj_bias, proj_type, nullptr, workspace, workspace_bytes, stream,
                      kPhasePrepare);
+}
+
+Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const void* v, const void* proj_weight,
+                                     const void* proj_bias, ElemType proj_type, const SlaSageStats& stats,
+                                     void* workspace, size_t workspace_bytes, void* stream) {
+  if (!stats.km || !stats.vscale || !stats.vinv)
+    return detail::sla_fail(Status::InvalidArgument, "sla_linear_prepare_stats_cuda: null statistics pointer");
+  SlaProblem ps = p;
+  ps.linear_kernels = SlaLinearKernels::Staged;
+  return linear_impl(ps, nullptr, k, v, proj_weight, proj_bias, proj_type, nullptr, workspace, workspace_bytes, stream,
+                     kPhasePrepare, stats);
 }
 
 Status sla_linear_apply_cuda(const SlaProblem& p, const void* q, void* o, void* workspace, size_t workspace_bytes,
