@@ -216,7 +216,9 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   // statistics from the linear branch's K/V pass (TD_SLA_FUSED=2; with proj_l only).
   int fused = 0;
   if (options.fused) {
-    fused = *options.fused ? (options.fused_kv_stats.value_or(false) ? 2 : 1) : 0;
+    const char* env = std::getenv("TD_SLA_FUSED");
+    const bool env2 = env && std::string(env) == "2";
+    fused = *options.fused ? (options.fused_kv_stats.value_or(env2) ? 2 : 1) : 0;
   } else {
     const char* env = std::getenv("TD_SLA_FUSED");
     fused = env && std::string(env) == "1" ? 1 : env && std::string(env) == "2" ? 2 : 0;
