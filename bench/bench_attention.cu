@@ -223,8 +223,8 @@ int main(int argc, char** argv) {
       if (sm90 && st == Status::Ok) {
         // The sm_90a dense kernel's other variants (TURBODIFF_SAGE_SM90_DENSE;
         // "sage_sm90" above is the default, overlap), same process, same inputs.
-        for (const char* variant :
-             {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly", "pingpong_fastcvt_poly"}) {
+        for (const char* variant : {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
+                                    "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly"}) {
           setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
           const std::string vkey = std::string("sage_sm90_") + variant;
           run(0);
@@ -269,7 +269,8 @@ int main(int argc, char** argv) {
           };
           // sm_90a: the default 2-stage pipes, then the other variants
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>, key suffix _<variant>).
-          for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly"}
+          for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly",
+                                                                      "lean", "lean_stages3", "lean_fastcvt"}
                                           : std::vector<const char*>{""}) {
             const bool deep = variant[0] != 0;
             if (deep) setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);

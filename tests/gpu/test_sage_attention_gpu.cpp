@@ -250,11 +250,12 @@ std::vector<VariantRun> device_runs(bool sparse) {
     if (be != SageBackend::Sm90) {
       out.push_back({be});
     } else if (sparse) {
-      for (const char* v : {"stages2", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly"})
+      for (const char* v :
+           {"stages2", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly", "lean", "lean_stages3", "lean_fastcvt"})
         out.push_back({be, "TURBODIFF_SAGE_SM90_SPARSE", v});
     } else {
-      for (const char* v :
-           {"overlap", "plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly", "pingpong_fastcvt_poly"})
+      for (const char* v : {"overlap", "plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
+                            "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly"})
         out.push_back({be, "TURBODIFF_SAGE_SM90_DENSE", v});
     }
   }

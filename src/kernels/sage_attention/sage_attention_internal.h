@@ -80,17 +80,33 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // sm_90a kernel variants (chosen per call from the environment, for A/B runs;
 // the defaults are the measured-best ones):
 //   TURBODIFF_SAGE_SM90_DENSE = overlap (default) | plain | pingpong | fastcvt
-//     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly
+//     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean
+//     | lean_fastcvt | lean_fastcvt_poly
 //     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
 //   TURBODIFF_SAGE_SM90_SPARSE = stages2 (default) | stages3 | stages3_fastcvt
-//     | stages3_fastcvt_poly
+//     | stages3_fastcvt_poly | lean | lean_stages3 | lean_fastcvt
 //     (stages per consumer pipe)
 // pingpong: the two consumer warpgroups take turns on the tensor cores (named
 // barriers); fastcvt: INT32 scores to float by an integer add of 1.5·2^23's
 // bits instead of I2F; _poly: and half of the exp2 by a cubic on the FMA pipe
-// (see sage_attention_sm90.cu).
-enum class Sm90Dense { Overlap, Plain, PingPong, FastCvt, PingPongFastCvt, FastCvtPoly, PingPongFastCvtPoly };
-enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly };
+// (see sage_attention_sm90.cu); lean: the overlap schedule (the sparse path
+// too) with the whole softmax and the P̃ pack before the wait for P̃·V (the
+// default's wait lands before the exp phase), K scales and LUT entries handed
+// over in shared memory by the producer, row max / row sum in split chains,
+// the epilogue's scales staged in shared memory, no spills.
+enum class Sm90Dense {
+  Overlap,
+  Plain,
+  PingPong,
+  FastCvt,
+  PingPongFastCvt,
+  FastCvtPoly,
+  PingPongFastCvtPoly,
+  Lean,
+  LeanFastCvt,
+  LeanFastCvtPoly
+};
+enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly, Lean, LeanStages3, LeanFastCvt };
 struct Sm90Variant {
   Sm90Dense dense = Sm90Dense::Overlap;
   Sm90Sparse sparse = Sm90Sparse::Stages2;
@@ -101,5 +117,8 @@ Sm90Variant sm90_variant_from_env();
 bool sm90_available();
 Status sm90_supports(const AttnProblem& p, const SageSparse* sp);
 Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream);
+// The same with the variant given explicitly (the environment is not read).
+Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v,
+                      cudaStream_t stream);
 
 }  // namespace td::kernels::sage

@@ -107,6 +107,32 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return r;
 }
 
+// kLean's extra shared memory, placed after Sm90Config::Shared (so the other
+// variants keep their layout and size). meta: per stage, written by the producer
+// before it arrives on the stage's full barrier (mbarrier.arrive releases,
+// the consumers' wait acquires): the tile's two K scales and its index (sparse:
+// the LUT entry, -1 for one outside [0, KB)), so no consumer waits on an L2
+// load inside the softmax. vscale / qkm: the epilogue's per-channel V scales
+// and per-row LSE corrections, loaded by each consumer at its start.
+template <int D, int kAllStages>
+struct LeanShared {
+  float4 meta[kAllStages];  // x, y: K scales of the tile's two 64-key halves; z: tile index (int bits)
+  float vscale[2][D];       // per consumer warpgroup
+  float qkm[2][kBQ];
+};
+__device__ __forceinline__ void st_shared_f4(const void* ptr, float4 v) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(uint32_t(__cvta_generic_to_shared(ptr))), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float4 ld_shared_f4(const void* ptr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(uint32_t(__cvta_generic_to_shared(ptr)))
+               : "memory");
+  return v;
+}
 // Dense schedules (kSched): 0 plain (Q·Kᵀ, softmax, P̃·V in sequence); 1 overlap
 // (below); 2 overlap + ping-pong between the two consumer warpgroups: named
 // barriers hand the tensor cores from one consumer to the other at every
@@ -132,7 +158,7 @@ constexpr float kMagicBias = 12582912.f;  // 1.5 · 2^23
 // kPolyExp: half of the exp2 of P̃ (every other column pair) by poly_exp2 on
 // the FMA pipe, the other half on MUFU (FA4's split), so the MUFU/conversion
 // pipe carries ~3/4 of its load.
-template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt, bool kPolyExp>
+template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt, bool kPolyExp, bool kLean>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
@@ -145,8 +171,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kOverlap = kSched != kSchedPlain;
   constexpr bool kPingPong = kSched == kSchedPingPong;
   static_assert(!(kSparse && kPingPong), "ping-pong needs both consumers on the same tiles (dense)");
+  static_assert(!kLean || kSched == kSchedOverlap, "kLean has its own overlap schedule");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
+  using Lean = LeanShared<D, C::kAllStages>;
+  Lean& ls = *reinterpret_cast<Lean*>(smem_raw + sizeof(typename C::Shared));  // kLean only
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, b = blockIdx.z;
   const int bh = b * p.heads + h;
@@ -187,7 +216,63 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     // ---------------- producer ----------------
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (warp < kPipes && cute::elect_one_sync()) {
+    if constexpr (kLean) {
+      // The whole warp of each pipe runs the loop: every 32 tiles each lane
+      // loads one tile's LUT entry and its two K scales (one batch of L2 round
+      // trips instead of one per tile on the way to the TMA issue, which made
+      // the first stages of a short sparse row wait one after another); lane 0
+      // writes the stage's meta, arrives and issues the TMA.
+      if (warp < kPipes) {
+        const int pipe = warp;
+        const int BH = int(gridDim.z * gridDim.y);
+        Tensor mQ = tma_q.get_tma_tensor(make_shape(BH * p.lq_pad, D));
+        Tensor mK = tma_k.get_tma_tensor(make_shape(BH * p.lk_pad, D));
+        Tensor mV = tma_v.get_tma_tensor(make_shape(BH * D, p.lk_pad));
+        Tensor gQ = local_tile(mQ, make_shape(Int<kBQ>{}, Int<D>{}), make_coord(_, 0));
+        Tensor gK = local_tile(mK, make_shape(Int<kBK>{}, Int<D>{}), make_coord(_, 0));
+        Tensor gV = local_tile(mV, make_shape(Int<D>{}, Int<kBK>{}), make_coord(bh, _));
+        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+        auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+        auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+        if (lane == 0) {
+          for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
+            if (kSparse && !qblock_valid(c)) continue;
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
+            copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(c)), tQs(_, c));
+          }
+        }
+        const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
+        const int n = n_tiles_of(pipe);
+        int stage = 0;
+        uint32_t phase = 0;
+        int t_lane = -1;
+        float2 ks_lane = make_float2(0.f, 0.f);
+        for (int j = 0; j < n; ++j) {
+          if ((j & 31) == 0) {
+            t_lane = j + lane < n ? tile_at(pipe, j + lane) : -1;
+            ks_lane = t_lane >= 0 ? __ldg(reinterpret_cast<const float2*>(kscale + 2 * t_lane)) : make_float2(0.f, 0.f);
+          }
+          const int t = __shfl_sync(0xffffffffu, t_lane, j & 31);
+          const float ks0 = __shfl_sync(0xffffffffu, ks_lane.x, j & 31), ks1 = __shfl_sync(0xffffffffu, ks_lane.y, j & 31);
+          const int s = pipe * kStages + stage;
+          cutlass::arch::ClusterBarrier::wait(&sh.empty[s], phase ^ 1);
+          if (lane == 0) {
+            // Meta first: the arrive below releases it to the consumers. A LUT
+            // entry outside [0, KB) goes as tile n_ktiles: no valid key.
+            st_shared_f4(&ls.meta[s], make_float4(ks0, ks1, __int_as_float(t >= 0 ? t : n_ktiles), 0.f));
+            const int tl = t >= 0 ? t : 0;  // see the default producer: tile 0 keeps P̃·V finite
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
+            copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
+            copy(tma_v.with(sh.full[s]), tVg(_, tl), tVs(_, s));
+          }
+          __syncwarp();
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    } else if (warp < kPipes && cute::elect_one_sync()) {
       const int pipe = warp;
       const int BH = int(gridDim.z * gridDim.y);
       Tensor mQ = tma_q.get_tma_tensor(make_shape(BH * p.lq_pad, D));
@@ -262,14 +347,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
     constexpr float kLog2_448 = 8.807354922057604f;
 
-    cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
+    if constexpr (kLean) {
+      // The epilogue's V scales and LSE corrections: loaded now, stored to
+      // shared memory after the Q wait (their latency hides behind it), read
+      // after a warpgroup barrier at the end.
+      const float vs_mine = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
+      const float qkm_mine = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
+      if (tid < D) ls.vscale[c][tid] = vs_mine;
+      if (tid < kBQ) ls.qkm[c][tid] = qkm_mine;
+    } else {
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
+    }
     const int n = n_tiles_of(pipe);
     auto stage_of = [&](int j) { return pipe * kStages + j % kStages; };
     auto phase_of = [&](int j) { return uint32_t((j / kStages) & 1); };
 
+    // kLean: the meta (K scales, tile) of the tile whose Q·Kᵀ was issued last,
+    // read from shared memory right after its full barrier, used by its softmax.
+    float4 meta_next = make_float4(0.f, 0.f, 0.f, 0.f);
     // S = Q·Kᵀ of the j-th tile into acc_s (issued, not waited for).
     auto issue_qk = [&](int j) {
       cutlass::arch::ClusterTransactionBarrier::wait(&sh.full[stage_of(j)], phase_of(j));
+      if constexpr (kLean) meta_next = ld_shared_f4(&ls.meta[stage_of(j)]);
       warpgroup_fence_operand(acc_s);
       warpgroup_arrive();
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
@@ -369,6 +469,121 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_hi = l_hi * alpha_hi + sum_hi;
     };
 
+    // kLean's softmax of the tile in acc_s, from its meta (K scales and tile
+    // index from shared memory: no global load). The same arithmetic as
+    // softmax() but with shorter dependency chains and no more live
+    // registers: each row-half maximum is 2 interleaved chains of 8 FMNMX
+    // (depth 9 instead of 16; exact in any order) and each row sum 4 chains
+    // of 8 FADD combined as a tree (depth 10 instead of 32; only the fp32
+    // rounding order changes). Wider trees were tried: their temporaries
+    // (8 per row half beside the 64 live scores) made ptxas spill.
+    // A LUT entry outside [0, KB) comes as tile n_ktiles (see the producer):
+    // no valid column, so it goes through the partial-tile path with every
+    // score at -inf, P̃ = 0, and the running max unchanged; the guard below
+    // keeps a row that has seen no key yet (m = -inf) free of inf - inf. A
+    // separate early-out branch for it (as in softmax()) cost ~470 bytes of
+    // spills in the sparse overlap loop.
+    // Row max, exp2, row sums of the converted scores in sf (scaled by c, minus
+    // bias). Instantiated in both the full- and the partial-tile branch of
+    // softmax_lean: ptxas hoists a WARPGROUP.DEPBAR to the top of its basic
+    // block, and with one shared tail after the branch merge the wait for
+    // P̃·V of j (after the softmax in the source and the PTX) landed before
+    // the row max (SASS of the default kernel), so the 64 FFMA + 64 MUFU +
+    // 64 FADD of the exp phase ran after P̃·V had completed instead of beside it.
+    auto softmax_rest = [&](float c_lo0, float c_lo1, float c_hi0, float c_hi1, float bias, float& alpha_lo,
+                            float& alpha_hi) {
+        // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
+        float a[4][2];  // [lo0, hi0, lo1, hi1][chain]
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g) {
+          const int b = 32 * (g / 2) + 2 * (g % 2);
+          a[g][0] = fmaxf(sf[b], sf[b + 4]);
+          a[g][1] = fmaxf(sf[b + 1], sf[b + 5]);
+        }
+        CUTE_UNROLL
+        for (int jn = 2; jn < 8; ++jn) {
+          CUTE_UNROLL
+          for (int g = 0; g < 4; ++g) {
+            const int b = 32 * (g / 2) + 2 * (g % 2) + 4 * jn;
+            a[g][0] = fmaxf(a[g][0], sf[b]);
+            a[g][1] = fmaxf(a[g][1], sf[b + 1]);
+          }
+        }
+        // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
+        // half (partial tile) has c = 1.
+        float mx_lo = fmaxf((fmaxf(a[0][0], a[0][1]) - bias) * c_lo0, (fmaxf(a[2][0], a[2][1]) - bias) * c_lo1);
+        float mx_hi = fmaxf((fmaxf(a[1][0], a[1][1]) - bias) * c_hi0, (fmaxf(a[3][0], a[3][1]) - bias) * c_hi1);
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+        // Sparse: m stays -inf through LUT entries outside [0, KB) at the start
+        // of a row; 0 stands in for it there (α = 0 on O = 0, P̃ = exp2(-inf) = 0).
+        const float ms_lo = kSparse && mn_lo == -INFINITY ? 0.f : mn_lo;
+        const float ms_hi = kSparse && mn_hi == -INFINITY ? 0.f : mn_hi;
+        alpha_lo = fast_exp2(m_lo - ms_lo);
+        alpha_hi = fast_exp2(m_hi - ms_hi);
+        m_lo = mn_lo;
+        m_hi = mn_hi;
+        // exp2 argument = (sf - bias)·c - (m - log2 448) = sf·c - o, one FFMA.
+        const float sh_lo = ms_lo - kLog2_448, sh_hi = ms_hi - kLog2_448;
+        const float o_lo0 = fmaf(bias, c_lo0, sh_lo), o_lo1 = fmaf(bias, c_lo1, sh_lo);
+        const float o_hi0 = fmaf(bias, c_hi0, sh_hi), o_hi1 = fmaf(bias, c_hi1, sh_hi);
+        float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; i += 4) {
+          const int h = i / (kBK / 4);
+          const float cl = h == 0 ? c_lo0 : c_lo1, ch = h == 0 ? c_hi0 : c_hi1;
+          const float ol = h == 0 ? o_lo0 : o_lo1, oh = h == 0 ? o_hi0 : o_hi1;
+          sf[i] = fast_exp2(fmaf(sf[i], cl, -ol));
+          sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -oh));
+          if constexpr (kPolyExp) {
+            sf[i + 1] = poly_exp2(fmaf(sf[i + 1], cl, -ol));
+            sf[i + 3] = poly_exp2(fmaf(sf[i + 3], ch, -oh));
+          } else {
+            sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -ol));
+            sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -oh));
+          }
+          const bool first = i % (kBK / 4) == 0;
+          CUTE_UNROLL
+          for (int r = 0; r < 2; ++r) {
+            CUTE_UNROLL
+            for (int e = 0; e < 2; ++e) part[h][r][e] = first ? sf[i + 2 * r + e] : part[h][r][e] + sf[i + 2 * r + e];
+          }
+        }
+        const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
+        const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
+        l_lo = fmaf(l_lo, alpha_lo, sum_lo);
+        l_hi = fmaf(l_hi, alpha_hi, sum_hi);
+    };
+    auto softmax_lean = [&](float4 meta, float& alpha_lo, float& alpha_hi) {
+      const int t = __float_as_int(meta.z);
+      const int valid = p.len_kv - t * kBK;
+      const float c_lo0 = qs_lo * meta.x, c_lo1 = qs_lo * meta.y, c_hi0 = qs_hi * meta.x, c_hi1 = qs_hi * meta.y;
+      if (valid >= kBK) {
+        if constexpr (kFastCvt) {
+          // sf = S + kMagicBias (see kFastCvt), the bias taken out in the max and the exp2 FFMA.
+          CUTE_UNROLL
+          for (int i = 0; i < kBK / 2; ++i) sf[i] = __int_as_float(int(acc_s(i)) + kMagicBits);
+          softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, kMagicBias, alpha_lo, alpha_hi);
+        } else {
+          CUTE_UNROLL
+          for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+          softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, 0.f, alpha_lo, alpha_hi);
+        }
+      } else {
+        // Partial tile: masked columns at -inf, the scale applied first (c = 1).
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; ++i) {
+          const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
+          const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
+          sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
+        }
+        softmax_rest(1.f, 1.f, 1.f, 1.f, 0.f, alpha_lo, alpha_hi);
+      }
+    };
+
     // Software pipeline per warpgroup: while P̃·V of tile j runs on the tensor
     // cores, Q·Kᵀ of tile j+1 has completed and its softmax runs on the CUDA cores.
     float alpha_lo, alpha_hi;
@@ -395,20 +610,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     sched_pass(false);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
-    softmax(tile_at(pipe, 0), alpha_lo, alpha_hi);
+    if constexpr (kLean) {
+      softmax_lean(meta_next, alpha_lo, alpha_hi);
+    } else {
+      softmax(tile_at(pipe, 0), alpha_lo, alpha_hi);
+    }
     // P̃ (in sf) to e4m3 in the A-fragment order: k-step ks covers n-chunks
     // 4ks .. 4ks+3; a0 = row g of chunks 4ks, 4ks+1; a1 = row g+8 of them;
     // a2, a3 = chunks 4ks+2, 4ks+3.
-    auto pack_p = [&]() {
+    auto pack_to = [&](uint32_t* dst) {
       CUTE_UNROLL
       for (int ks = 0; ks < kBK / 32; ++ks) {
         const int b0 = 16 * ks;  // first value of chunk 4ks
-        preg[4 * ks + 0] = e4m3x2(sf[b0 + 0], sf[b0 + 1]) | (e4m3x2(sf[b0 + 4], sf[b0 + 5]) << 16);
-        preg[4 * ks + 1] = e4m3x2(sf[b0 + 2], sf[b0 + 3]) | (e4m3x2(sf[b0 + 6], sf[b0 + 7]) << 16);
-        preg[4 * ks + 2] = e4m3x2(sf[b0 + 8], sf[b0 + 9]) | (e4m3x2(sf[b0 + 12], sf[b0 + 13]) << 16);
-        preg[4 * ks + 3] = e4m3x2(sf[b0 + 10], sf[b0 + 11]) | (e4m3x2(sf[b0 + 14], sf[b0 + 15]) << 16);
+        dst[4 * ks + 0] = e4m3x2(sf[b0 + 0], sf[b0 + 1]) | (e4m3x2(sf[b0 + 4], sf[b0 + 5]) << 16);
+        dst[4 * ks + 1] = e4m3x2(sf[b0 + 2], sf[b0 + 3]) | (e4m3x2(sf[b0 + 6], sf[b0 + 7]) << 16);
+        dst[4 * ks + 2] = e4m3x2(sf[b0 + 8], sf[b0 + 9]) | (e4m3x2(sf[b0 + 12], sf[b0 + 13]) << 16);
+        dst[4 * ks + 3] = e4m3x2(sf[b0 + 10], sf[b0 + 11]) | (e4m3x2(sf[b0 + 14], sf[b0 + 15]) << 16);
       }
     };
+    auto pack_p = [&]() { pack_to(preg); };
     // O_tmp = P̃·V of tile j into a fresh buffer (issued, not waited for).
     auto issue_pv = [&](int j) {
       warpgroup_fence_operand(acc_t);
@@ -430,7 +650,47 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncwarp();
       if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
     };
-    if constexpr (kOverlap) {
+    if constexpr (kLean) {
+      // The overlap schedule of the default (P̃·V of j on the tensor cores
+      // while the softmax of j+1 runs), but with the whole softmax of j+1 and
+      // its P̃ pack really before the wait for P̃·V of j (see softmax_rest
+      // and the pack below; ptxas -v: no spills, no C7514). Tried and
+      // dropped: issuing Q·Kᵀ of j+2 before the accumulation of j (its commit
+      // group waited for in the next iteration, or the accumulation moved
+      // after it: ptxas serialized every wgmma (C7514) or spilled ~600 bytes).
+      // opaque_zero: 0 from a register ptxas cannot know (the dynamic shared
+      // memory size is below 2^30 bytes).
+      uint32_t opaque_zero;
+      asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(opaque_zero));
+      opaque_zero >>= 30;
+      pack_p();
+      for (int j = 0; j < n - 1; ++j) {
+        issue_qk(j + 1);
+        issue_pv(j);
+        warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
+        warpgroup_fence_operand(acc_s);
+        float next_lo, next_hi;
+        softmax_lean(meta_next, next_lo, next_hi);
+        // P̃ of j+1 packed to e4m3 now, into 32 registers of its own (P̃·V of
+        // j still reads preg): 32 live values across the wait instead of 64
+        // floats, which is what lets the softmax sit before the wait without
+        // spilling; moved into the wgmma operand after the wait. ptxas
+        // serializes every wgmma if an operand register of a wgmma is written
+        // while wgmmas are in flight, and it coalesces a plain copy into the
+        // pack (same thing), so the move is an add of opaque_zero: 32 IADDs.
+        uint32_t pk[kBK / 4];
+        pack_to(pk);
+        warpgroup_wait<0>();
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 4; ++i) preg[i] = pk[i] + opaque_zero;
+        finish_tile(j, alpha_lo, alpha_hi);
+        alpha_lo = next_lo;
+        alpha_hi = next_hi;
+      }
+      issue_pv(n - 1);
+      warpgroup_wait<0>();
+      finish_tile(n - 1, alpha_lo, alpha_hi);
+    } else if constexpr (kOverlap) {
       // While P̃·V of tile j runs on the tensor cores, Q·Kᵀ of tile j+1 has
       // completed and its softmax runs on the CUDA cores.
       for (int j = 0; j < n - 1; ++j) {
@@ -476,6 +736,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
     const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
     const float* vscale = p.vscale + int64_t(bh) * D;
+    // kLean: this warpgroup's stores of ls.vscale / ls.qkm (named barrier 3 + c;
+    // 1 and 2 are the ping-pong ones) are visible past this point.
+    if constexpr (kLean) asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
     const int r_lo = q0 + wrow, r_hi = r_lo + 8;
     __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
     CUTE_UNROLL
@@ -485,21 +748,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int row = hi ? r_hi : r_lo;
       if (row >= p.len_q) continue;
       const float inv = hi ? inv_hi : inv_lo;
-      const float2 vs = __ldg(reinterpret_cast<const float2*>(vscale + col));
+      const float2 vs = kLean ? *reinterpret_cast<const float2*>(&ls.vscale[c][col])
+                              : __ldg(reinterpret_cast<const float2*>(vscale + col));
       *reinterpret_cast<__nv_bfloat162*>(og + int64_t(row) * p.os.token + col) =
           __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
     }
     if (p.lse != nullptr && tq == 0) {
       constexpr float kLn2 = 0.69314718055994531f;
       float* lse = p.lse + int64_t(bh) * p.len_q;
-      if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_lo];
-      if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_hi];
+      if constexpr (kLean) {
+        if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + ls.qkm[c][wrow];
+        if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + ls.qkm[c][wrow + 8];
+      } else {
+        if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_lo];
+        if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_hi];
+      }
     }
   }
 #endif
 }
 
-template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt = false, bool kPolyExp = false>
+template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt = false, bool kPolyExp = false,
+          bool kLean = false>
 Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
   using T = Sm90Traits<D>;
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
@@ -515,8 +785,10 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
   auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
-  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kSched, kFastCvt, kPolyExp>;
-  const int smem = int(sizeof(typename C::Shared));
+  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kSched, kFastCvt, kPolyExp, kLean>;
+  static_assert(sizeof(typename C::Shared) % 16 == 0, "LeanShared's float4 follows Shared");
+  const int smem =
+      int(sizeof(typename C::Shared) + (kLean ? sizeof(LeanShared<D, C::kAllStages>) : 0));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
@@ -555,6 +827,9 @@ Sm90Variant sm90_variant_from_env() {
     else if (s == "pingpong_fastcvt") v.dense = Sm90Dense::PingPongFastCvt;
     else if (s == "fastcvt_poly") v.dense = Sm90Dense::FastCvtPoly;
     else if (s == "pingpong_fastcvt_poly") v.dense = Sm90Dense::PingPongFastCvtPoly;
+    else if (s == "lean") v.dense = Sm90Dense::Lean;
+    else if (s == "lean_fastcvt") v.dense = Sm90Dense::LeanFastCvt;
+    else if (s == "lean_fastcvt_poly") v.dense = Sm90Dense::LeanFastCvtPoly;
   }
   if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
     const std::string s(e);
@@ -562,6 +837,9 @@ Sm90Variant sm90_variant_from_env() {
     else if (s == "stages3_fastcvt") v.sparse = Sm90Sparse::Stages3FastCvt;
     else if (s == "stages3_fastcvt_poly") v.sparse = Sm90Sparse::Stages3FastCvtPoly;
     else if (s == "stages2") v.sparse = Sm90Sparse::Stages2;
+    else if (s == "lean") v.sparse = Sm90Sparse::Lean;
+    else if (s == "lean_stages3") v.sparse = Sm90Sparse::LeanStages3;
+    else if (s == "lean_fastcvt") v.sparse = Sm90Sparse::LeanFastCvt;
   }
   return v;
 }
@@ -573,6 +851,18 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
       case Sm90Sparse::Stages3: return launch<D, 2, 3, kSchedPlain>(ap, p, stream);
       case Sm90Sparse::Stages3FastCvt: return launch<D, 2, 3, kSchedPlain, true>(ap, p, stream);
       case Sm90Sparse::Stages3FastCvtPoly: return launch<D, 2, 3, kSchedPlain, true, true>(ap, p, stream);
+      // Lean sparse (see the dense prediction below; sparse rows are ~13 tiles
+      // at topk 0.05, so the fixed costs matter more): the producer's batched
+      // LUT / K-scale loads replace up to kStages serial L2 round trips
+      // (~1 µs each) before the first tiles, and the overlap schedule (plain
+      // today: WARPGROUP.DEPBAR waits on its own wgmmas were the top stall)
+      // hides P̃·V behind the next softmax (both rows of a CTA are separate
+      // pipes, so no tensor-core sharing pattern changes). Prediction: 640 ->
+      // ~480-520 µs at topk 0.05 (1x12x32760); lean_stages3 a few % more
+      // (one more random-block prefetch in flight).
+      case Sm90Sparse::Lean: return launch<D, 2, 2, kSchedOverlap, false, false, true>(ap, p, stream);
+      case Sm90Sparse::LeanStages3: return launch<D, 2, 3, kSchedOverlap, false, false, true>(ap, p, stream);
+      case Sm90Sparse::LeanFastCvt: return launch<D, 2, 2, kSchedOverlap, true, false, true>(ap, p, stream);
       case Sm90Sparse::Stages2: break;
     }
     return launch<D, 2, 2, kSchedPlain>(ap, p, stream);
@@ -584,14 +874,44 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
     case Sm90Dense::PingPongFastCvt: return launch<D, 1, 4, kSchedPingPong, true>(ap, p, stream);
     case Sm90Dense::FastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true>(ap, p, stream);
     case Sm90Dense::PingPongFastCvtPoly: return launch<D, 1, 4, kSchedPingPong, true, true>(ap, p, stream);
+    // Lean dense. Prediction (H200 profile of the overlap default: ~2930
+    // cycles per 128-key tile and CTA, tensor pipe 37%, latency-bound; MUFU
+    // and tensor work are each ~1024 cycles per tile, the ceiling):
+    // (1) true overlap: in the default's SASS the wait for P̃·V of j sits at
+    //     the top of the row max (ptxas hoists WARPGROUP.DEPBAR to the top of
+    //     its basic block), so every tile exposes the P̃·V latency (>= 256
+    //     tensor cycles, more while the other warpgroup's wgmmas run) before
+    //     the exp phase (64 MUFU at 8 cycles each per warp + 64 FFMA + FADD);
+    //     lean runs the whole exp phase and the P̃ pack beside it: -250..-400
+    //     cycles per tile;
+    // (2) no spills (default: 24 LDL + 24 STL per tile per warp in the loop,
+    //     around the accumulation): ~-5%;
+    // (3) the kscale LDG + dependent FMUL (long_scoreboard every tile) become
+    //     one LDS right after the stage's barrier, ~1-3%;
+    // (4) row max in 8 chains of 8 and row sums in 8 chains of 8 (from 4
+    //     and 2 chains of 16): ~2%.
+    // +32 IADD per tile for the P̃ move (see the loop). Expected ~15-25%:
+    // 9.1 -> ~7.0-7.8 ms at 1x12x32760x128 (kernel; ~+0.35 ms quantization).
+    // lean_fastcvt: I2F (64 per tile, beside the max) replaced by IADD, a few %
+    // if the conversion pipe then limits; lean_fastcvt_poly: half the exp2 on
+    // the FMA pipe, for when the MUFU queue (mio stalls on MUFU.EX2 in the
+    // profile) becomes the limit once the exp phase overlaps the wgmmas.
+    case Sm90Dense::Lean: return launch<D, 1, 4, kSchedOverlap, false, false, true>(ap, p, stream);
+    case Sm90Dense::LeanFastCvt: return launch<D, 1, 4, kSchedOverlap, true, false, true>(ap, p, stream);
+    case Sm90Dense::LeanFastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true, true>(ap, p, stream);
     case Sm90Dense::Overlap: break;
   }
   return launch<D, 1, 4, kSchedOverlap>(ap, p, stream);
 }
 
-Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
-  const Sm90Variant v = sm90_variant_from_env();  // read per call: the bench and the tests switch it
+Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v,
+                      cudaStream_t stream) {
   return p.head_dim == 128 ? run_d<128>(ap, p, sp, v, stream) : run_d<64>(ap, p, sp, v, stream);
+}
+
+Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
+  // read per call: the bench and the tests switch it
+  return sm90_attention(ap, p, sp, sm90_variant_from_env(), stream);
 }
 
 }  // namespace td::kernels::sage
