@@ -75,6 +75,9 @@ struct Layout {
   bool in_place = false;         // y == x
 };
 
+// The layer_norm / rms_norm kernel variant check_rms / check_layer run (the Teams tests set it).
+NormRowsKernel g_norm_kernel = NormRowsKernel::Rows;
+
 void check_rms(ElemType xt, ElemType yt, int64_t rows, int64_t dim, bool with_weight, Layout l = {}) {
   if (l.in_place) yt = xt, l.y_pad = l.x_pad;
   const int64_t xs = dim + l.x_pad, ys = dim + l.y_pad;
@@ -90,7 +93,7 @@ void check_rms(ElemType xt, ElemType yt, int64_t rows, int64_t dim, bool with_we
   DeviceBuffer dy(out);  // poisoned (or x itself, in place)
   const DeviceBuffer& dst = l.in_place ? dx : dy;
   ASSERT_EQ(rms_norm_cuda(dx.at(x), xt, xs, dst.at(out), yt, ys, with_weight ? dw.f32() : nullptr,
-                          rows, dim, kEps, nullptr),
+                          rows, dim, kEps, nullptr, g_norm_kernel),
             Status::Ok);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   dst.download(out);
@@ -116,7 +119,7 @@ void check_layer(ElemType xt, ElemType yt, int64_t rows, int64_t dim, AffinePara
   DeviceBuffer dy(out);
   const DeviceBuffer& dst = l.in_place ? dx : dy;
   ASSERT_EQ(layer_norm_cuda(dx.at(x), xt, xs, dst.at(out), yt, ys, a.weight ? dw.f32() : nullptr,
-                            a.bias ? db.f32() : nullptr, rows, dim, kEps, nullptr),
+                            a.bias ? db.f32() : nullptr, rows, dim, kEps, nullptr, g_norm_kernel),
             Status::Ok);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   dst.download(out);
@@ -268,6 +271,30 @@ TEST(RmsNormGpu, RejectsWhatItCannotDo) {
   cudaFree(p);
 }
 
+// NormRowsKernel::Teams (persistent warp teams, weight staged in shared
+// memory): every type and size above (1-warp teams at 64..1536, 2 warps at
+// 4096, 4 at 5120), with and without weight, in place, mixed types and
+// misaligned / odd strides (-> the row engine), 3072 and 6144 (2 and 4 warps
+// x 6, the widest it takes), 8960 (wider: the engine runs), Wan's shapes.
+TEST(RmsNormGpu, TeamsVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_norm_kernel = NormRowsKernel::Teams;
+  for (ElemType t : kActTypes) {
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_rms(t, t, rows, dim, (rows + dim) % 2 == 0);
+    check_rms(t, t, 333, 1536, true, {.x_pad = 16, .in_place = true});
+    check_rms(t, t, 37, 1536, true, {.x_offset = 1});
+    check_rms(t, t, 45, 3072, false);
+    check_rms(t, t, 77, 6144, true, {.x_pad = 8, .y_pad = 24});
+    check_rms(t, t, 19, 8960, true);
+  }
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) check_rms(xt, yt, 37, 1000, true, {.x_pad = 8, .y_pad = 24});
+  check_rms(ElemType::BF16, ElemType::BF16, 32760, 1536, true);
+  check_rms(ElemType::BF16, ElemType::BF16, 1031, 5120, true);
+  g_norm_kernel = NormRowsKernel::Rows;
+}
+
 // ---- layer_norm -----------------------------------------------------------------------
 
 TEST(LayerNormGpu, MatchesCpuEveryTypeAndSize) {
@@ -299,6 +326,31 @@ TEST(LayerNormGpu, WanShapes) {
   check_layer(ElemType::F32, ElemType::BF16, 32760, 1536, {true, true});  // Wan's fp32 residual -> norm3
   check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
   check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});  // UMT5 width
+}
+
+// NormRowsKernel::Teams for layer_norm (weight and bias staged): the cases
+// above with every weight / bias combination, plus 3072, 6144 and 8960.
+TEST(LayerNormGpu, TeamsVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_norm_kernel = NormRowsKernel::Teams;
+  for (ElemType t : kActTypes) {
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) {
+        const int v = int((rows + dim) % 3);
+        check_layer(t, t, rows, dim, {v >= 1, v >= 2});
+      }
+    check_layer(t, t, 333, 5120, {true, true}, {.in_place = true});
+    check_layer(t, t, 37, 1536, {true, true}, {.x_offset = 3});
+    check_layer(t, t, 45, 3072, {true, false});
+    check_layer(t, t, 77, 6144, {true, true}, {.x_pad = 8, .y_pad = 24});
+    check_layer(t, t, 19, 8960, {false, true});
+  }
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) check_layer(xt, yt, 37, 96, {true, true}, {.x_pad = 8, .y_pad = 8});
+  check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
+  check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
+  check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});
+  g_norm_kernel = NormRowsKernel::Rows;
 }
 
 // ---- adaln_modulate -----------------------------------------------------------------------

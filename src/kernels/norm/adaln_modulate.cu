@@ -17,12 +17,12 @@
 // Measured (H200, bench_norm, one run): 59.3 us = 85% of copy bandwidth; 426 us = 86%.
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 
 #include "kernels/norm/adaln_modulate.h"
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"
+#include "kernels/norm/norm_team.cuh"
 
 namespace td::kernels {
 namespace {
@@ -135,11 +135,12 @@ __global__ void __launch_bounds__(gpu::kMaxRowThreads) adaln_two_rows_kernel(con
 // output. The profile of the default (H200, 32760 x 1536) shows 32-thread
 // CTAs, ~22 instructions per element, occupancy capped by the 32 resident
 // CTAs per SM, and the fp32 scale/shift re-read through L1 for every row.
-// Here:
+// Here (norm_team.cuh, TeamParams::Modulation):
 //  * 256-thread CTAs, one wave of them (SMs x resident CTAs), each over a
 //    contiguous run of rows; a row belongs to a team of 1, 2 or 4 warps
 //    (1536: 1 warp x 6 chunks per lane; 4096: 2 x 8 -> 4 x 4; 5120: 4 x 5),
-//    so 2 CTAs = 16 warps per SM regardless of the per-SM CTA limit;
+//    so 3 CTAs = 24 warps per SM at 1536 (2 for multi-warp teams)
+//    regardless of the per-SM limit of 32 CTAs;
 //  * the CTA's sample's (1 + scale) and shift staged once in shared memory
 //    (zero past the row; rows of another sample, only in a CTA whose run
 //    crosses a sample boundary, read them from global memory);
@@ -155,242 +156,10 @@ __global__ void __launch_bounds__(gpu::kMaxRowThreads) adaln_two_rows_kernel(con
 // Counted per bf16 element: unpack 1, sum 1, centered square 2, normalise 2,
 // modulate 2, pack 0.5, LDS 0.5, LDG/STG 0.25, per-row ~1: ~10 against ~35
 // available at 4 TB/s (4 bytes per element): issue well below the HBM
-// limit, and the in-flight bytes (16 warps x 3 KB) cover the latency.
+// limit, and the in-flight bytes (24 warps x 3 KB) cover the latency.
 // Predicted: 90-94% of copy at both Wan shapes (from 84-86%), if the
 // default's gap is the per-CTA overhead and L1 parameter traffic, as the
 // profile suggests (issue 62%, DRAM 68% of peak, L1 hit 66%).
-constexpr int kTeamCtaThreads = 256;
-constexpr int kTeamMaxWarps = 4;
-constexpr int kTeamMaxDim = 6144;
-constexpr int kTeamSmemOptIn = 64 * 1024;
-
-__device__ __forceinline__ int team_chunks_of_warp(int w, int threads, int nchunks, int vpt) {
-  int n = 0;
-  for (int k = 0; k < vpt; ++k) {
-    const int left = nchunks - (w * 32 + k * threads);
-    n += left <= 0 ? 0 : (left > 32 ? 32 : left);
-  }
-  return n;
-}
-
-__device__ __forceinline__ float team_warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// 3 CTAs (24 warps, ~72 KB of loads in flight at 1536) per SM where the
-// registers allow it without spills (16-bit rows of <= 6 chunks per lane in
-// one warp: 85 registers), else 2.
-template <typename T, int kVPT, bool kMultiWarp>
-__global__ void __launch_bounds__(kTeamCtaThreads, (!kMultiWarp && sizeof(T) == 2 && kVPT <= 6) ? 3 : 2)
-    adaln_team_kernel(const gpu::NormRowsArgs a, int team_warps_arg, int64_t rows_per_cta) {
-  using IO = gpu::ChunkIO<T, 8>;
-  const int team_warps = kMultiWarp ? team_warps_arg : 1;
-  const int slots = 32 * team_warps * kVPT;  // chunk slots of a team; parameters zero-padded to slots * 8
-  extern __shared__ float4 adaln_param_words[];
-  float* const sc1_s = reinterpret_cast<float*>(adaln_param_words);  // 1 + scale (1 without scale)
-  float* const sh_s = sc1_s + slots * 8;                              // shift (0 without shift)
-  __shared__ float2 partials[2][kTeamCtaThreads / 32];                // (sum, M2) per warp, by row parity
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31u);
-  const int threads = team_warps * 32, teams = kTeamCtaThreads / threads;
-  const int team = warp / team_warps, wt = warp % team_warps, t = wt * 32 + lane;
-  const int first_warp = team * team_warps;
-  const int nchunks = a.dim / 8;
-  const int64_t r_begin = int64_t(blockIdx.x) * rows_per_cta;
-  if (r_begin >= a.rows) return;  // uniform over the CTA, before any barrier
-  const int64_t r_end = a.rows - r_begin < rows_per_cta ? a.rows : r_begin + rows_per_cta;
-  auto param_offset = [&](int64_t r) -> int64_t {
-    if (a.rows_per_batch >= a.rows) return 0;
-    const int64_t b = (r <= int64_t(UINT32_MAX) && a.rows_per_batch <= int64_t(UINT32_MAX))
-                          ? int64_t(uint32_t(r) / uint32_t(a.rows_per_batch))
-                          : r / a.rows_per_batch;
-    return b * a.mod_stride;  // mod_stride 0: one row for all samples
-  };
-  const int64_t cta_off = param_offset(r_begin);
-  for (int i = int(threadIdx.x); i < slots * 2; i += kTeamCtaThreads) {
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f), h = s;
-    if (i < a.dim / 4) {
-      s = a.scale ? __ldg(reinterpret_cast<const float4*>(a.scale + cta_off) + i) : s;
-      s.x = 1.f + s.x, s.y = 1.f + s.y, s.z = 1.f + s.z, s.w = 1.f + s.w;  // the engine's 1.f + s
-      if (a.shift) h = __ldg(reinterpret_cast<const float4*>(a.shift + cta_off) + i);
-    }
-    reinterpret_cast<float4*>(sc1_s)[i] = s;
-    reinterpret_cast<float4*>(sh_s)[i] = h;
-  }
-  __syncthreads();
-  const int my_elems = 8 * team_chunks_of_warp(wt, threads, nchunks, kVPT);
-  const T* const x = static_cast<const T*>(a.x);
-  T* const out = static_cast<T*>(a.out);
-
-  int parity = 0;
-#pragma unroll 1  // one row at a time (registers)
-  for (int64_t r = r_begin + team; r < r_end; r += teams, parity ^= 1) {
-    typename IO::Raw raw[kVPT];
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k) {
-      const int c = t + k * threads;
-      if (c < nchunks) {
-        raw[k] = IO::load(x + r * a.x_stride + c * 8);
-      } else {
-#pragma unroll
-        for (int w = 0; w < IO::kWords; ++w) raw[k].w[w] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-    float f[kVPT][8];
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k) IO::unpack(raw[k], f[k]);
-
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s += f[k][j];
-    s = team_warp_sum(s);
-    const float warp_mean = my_elems > 0 ? s / float(my_elems) : 0.f;
-    float m2 = 0.f;
-#pragma unroll
-    for (int k = 0; k < kVPT; ++k) {
-      float pm = 0.f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float d = f[k][j] - warp_mean;
-        pm += d * d;
-      }
-      m2 += t + k * threads < nchunks ? pm : 0.f;  // one select per chunk, not a branch
-    }
-    m2 = team_warp_sum(m2);
-    float mean, var;
-    if (!kMultiWarp) {
-      mean = warp_mean;  // the warp holds the whole row
-      var = m2 / float(a.dim);
-    } else {
-      if (lane == 0) partials[parity][warp] = make_float2(s, m2);
-      asm volatile("bar.sync %0, %1;" ::"r"(team + 1), "r"(threads) : "memory");
-      float2 pw[kTeamMaxWarps];
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kTeamMaxWarps; ++w)
-        if (w < team_warps) pw[w] = partials[parity][first_warp + w], total += pw[w].x;
-      mean = total / float(a.dim);
-      float m2_all = 0.f;
-#pragma unroll
-      for (int w = 0; w < kTeamMaxWarps; ++w) {
-        if (w < team_warps) {
-          const int n = 8 * team_chunks_of_warp(w, threads, nchunks, kVPT);
-          if (n > 0) {
-            const float d = pw[w].x / float(n) - mean;
-            m2_all += fmaf(float(n) * d, d, pw[w].y);
-          }
-        }
-      }
-      var = m2_all / float(a.dim);
-    }
-    const float rstd = rsqrtf(var + a.eps);
-
-    const int64_t off = param_offset(r);
-    T* const orow = out + r * a.out_stride;
-    if (off == cta_off) {
-#pragma unroll
-      for (int k = 0; k < kVPT; ++k) {
-        const int c = t + k * threads;
-        const float4* s4 = reinterpret_cast<const float4*>(sc1_s + c * 8);
-        const float4* h4 = reinterpret_cast<const float4*>(sh_s + c * 8);
-        const float4 s0 = s4[0], s1 = s4[1], h0 = h4[0], h1 = h4[1];
-        const float sc1[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-        const float sh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        float o[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) o[j] = (f[k][j] - mean) * rstd * sc1[j] + sh[j];  // as the engine: contracted to an FMA
-        if (c < nchunks) IO::store(orow + c * 8, IO::pack(o));
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVPT; ++k) {
-        const int c = t + k * threads;
-        if (c < nchunks) {
-          float sc1[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f}, sh[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-          if (a.scale) {
-            gpu::load_params<8>(a.scale + off + c * 8, sc1);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) sc1[j] = 1.f + sc1[j];
-          }
-          if (a.shift) gpu::load_params<8>(a.shift + off + c * 8, sh);
-          float o[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) o[j] = (f[k][j] - mean) * rstd * sc1[j] + sh[j];  // as the engine: contracted to an FMA
-          IO::store(orow + c * 8, IO::pack(o));
-        }
-      }
-    }
-  }
-}
-
-// Team shape for rows of `nchunks` 8-element chunks: team_warps in {1, 2, 4},
-// chunks per lane in {4, 5, 6, 8} (5: 5120 = 4 warps x 5 with no idle lane;
-// fp32 at most 4, 8 registers per chunk), fewest idle slots first, then
-// fewer warps (no barrier). vpt 0 where no team fits.
-gpu::RowPlan plan_adaln_team(int nchunks, bool f32) {
-  static constexpr int kVpts[] = {4, 5, 6, 8};
-  gpu::RowPlan best;
-  best.vpt = 0;
-  int best_idle = -1;
-  for (int tw : {1, 2, 4}) {
-    for (int v : kVpts) {
-      if (f32 && v > 4) continue;
-      const int slots = 32 * tw * v;
-      if (slots < nchunks) continue;
-      const int idle = slots - nchunks;
-      if (best_idle < 0 || idle < best_idle) best_idle = idle, best.vpt = v, best.tpr = 32 * tw;
-      break;
-    }
-  }
-  return best;
-}
-
-// Resident CTAs per SM x SMs (one whole wave), cached per (device, kernel,
-// shared memory): a launch must not pay for the query.
-int adaln_team_grid_limit(const void* kernel, size_t smem) {
-  struct Entry {
-    const void* kernel;
-    int dev;
-    size_t smem;
-    int ctas;
-  };
-  static std::mutex mu;
-  static Entry cache[32];
-  static int used = 0;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < used; ++i)
-    if (cache[i].kernel == kernel && cache[i].dev == dev && cache[i].smem == smem) return cache[i].ctas;
-  int sms = 0, per_sm = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTeamSmemOptIn) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTeamCtaThreads, smem) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  const int ctas = sms * (per_sm < 1 ? 1 : per_sm);
-  if (used < int(sizeof(cache) / sizeof(cache[0]))) cache[used++] = Entry{kernel, dev, smem, ctas};
-  return ctas;
-}
-
-template <typename T, int kVPT>
-Status launch_adaln_team(const gpu::NormRowsArgs& a, int team_warps, cudaStream_t stream) {
-  auto kernel = team_warps > 1 ? adaln_team_kernel<T, kVPT, true> : adaln_team_kernel<T, kVPT, false>;
-  const size_t smem = size_t(2) * size_t(32 * team_warps * kVPT * 8) * sizeof(float);
-  const int limit = adaln_team_grid_limit(reinterpret_cast<const void*>(kernel), smem);
-  if (limit <= 0) return Status::LaunchFailed;
-  const int64_t teams = kTeamCtaThreads / (32 * team_warps);
-  int64_t ctas = (a.rows + teams - 1) / teams;
-  if (ctas > limit) ctas = limit;
-  const int64_t rows_per_cta = (a.rows + ctas - 1) / ctas;
-  ctas = (a.rows + rows_per_cta - 1) / rows_per_cta;
-  kernel<<<unsigned(ctas), kTeamCtaThreads, smem, stream>>>(a, team_warps, rows_per_cta);
-  return gpu::launch_status();
-}
 
 // The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|teams (read per
 // call, for A/B in benchmarks), else the one-row default.
@@ -458,15 +227,15 @@ Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
   const AdaLnRows variant = resolve_rows(rows_per_thread);
   const bool two_rows = plan.chunk == 8 && variant == AdaLnRows::Two;
   if (variant == AdaLnRows::Teams && plan.chunk == 8 && x_type == y_type && dim <= kTeamMaxDim) {
-    const RowPlan team = plan_adaln_team(int(dim / 8), x_type == ElemType::F32);
+    const RowPlan team = plan_team_rows(int(dim / 8), x_type == ElemType::F32);
     if (team.vpt > 0) {
       return act_type_dispatch(x_type, [&](auto xt) {
         using XT = typename decltype(xt)::type;
         const int tw = team.tpr / 32;
-        if (team.vpt == 4) return launch_adaln_team<XT, 4>(a, tw, cs);
-        if (team.vpt == 5) return launch_adaln_team<XT, 5>(a, tw, cs);
-        if (team.vpt == 6) return launch_adaln_team<XT, 6>(a, tw, cs);
-        return launch_adaln_team<XT, 8>(a, tw, cs);
+        if (team.vpt == 4) return launch_norm_team<TeamParams::Modulation, XT, 4>(a, tw, cs);
+        if (team.vpt == 5) return launch_norm_team<TeamParams::Modulation, XT, 5>(a, tw, cs);
+        if (team.vpt == 6) return launch_norm_team<TeamParams::Modulation, XT, 6>(a, tw, cs);
+        return launch_norm_team<TeamParams::Modulation, XT, 8>(a, tw, cs);
       });
     }
   }  // other shapes and mixed types: the default kernel

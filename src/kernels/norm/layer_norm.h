@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/norm/norm_variant.h"
 #include "kernels/status.h"
 
 namespace td::kernels {
@@ -22,7 +23,7 @@ Status layer_norm_cpu(const void* x, ElemType x_type, int64_t x_stride,
 Status layer_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
                        void* y, ElemType y_type, int64_t y_stride,
                        const float* weight, const float* bias, int64_t rows, int64_t dim, float eps,
-                       void* stream);
+                       void* stream, NormRowsKernel kernel = NormRowsKernel::Auto);
 #endif
 
 Status layer_norm_check(const void* x, ElemType x_type, int64_t x_stride,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/norm/norm_variant.h"
 #include "kernels/status.h"
 
 namespace td::kernels {
@@ -20,7 +21,8 @@ Status rms_norm_cpu(const void* x, ElemType x_type, int64_t x_stride,
 // Same contract; `stream` is a cudaStream_t. Device pointers.
 Status rms_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
                      void* y, ElemType y_type, int64_t y_stride,
-                     const float* weight, int64_t rows, int64_t dim, float eps, void* stream);
+                     const float* weight, int64_t rows, int64_t dim, float eps, void* stream,
+                     NormRowsKernel kernel = NormRowsKernel::Auto);
 #endif
 
 // The argument check both versions run (exposed for the ops layer and tests).
