@@ -224,7 +224,8 @@ int main(int argc, char** argv) {
         // The sm_90a dense kernel's other variants (TURBODIFF_SAGE_SM90_DENSE;
         // "sage_sm90" above is the default, overlap), same process, same inputs.
         for (const char* variant : {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
-                                    "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly"}) {
+                                    "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly",
+                                    "lean_pingpong"}) {
           setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
           const std::string vkey = std::string("sage_sm90_") + variant;
           run(0);

@@ -255,7 +255,7 @@ std::vector<VariantRun> device_runs(bool sparse) {
         out.push_back({be, "TURBODIFF_SAGE_SM90_SPARSE", v});
     } else {
       for (const char* v : {"overlap", "plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
-                            "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly"})
+                            "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly", "lean_pingpong"})
         out.push_back({be, "TURBODIFF_SAGE_SM90_DENSE", v});
     }
   }

@@ -72,8 +72,8 @@ Status sage_sparse_check(const AttnProblem& p, const SageSparse* sparse);
 // The sm_90a kernel's variants, read from the environment at every call (for
 // A/B runs; sage_attention_internal.h): TURBODIFF_SAGE_SM90_DENSE = overlap
 // (default) | plain | pingpong | fastcvt | pingpong_fastcvt | fastcvt_poly |
-// pingpong_fastcvt_poly | lean | lean_fastcvt | lean_fastcvt_poly
-// (TURBODIFF_SAGE_SM90_OVERLAP=0 = plain), and TURBODIFF_SAGE_SM90_SPARSE =
+// pingpong_fastcvt_poly | lean | lean_fastcvt | lean_fastcvt_poly |
+// lean_pingpong (TURBODIFF_SAGE_SM90_OVERLAP=0 = plain), and TURBODIFF_SAGE_SM90_SPARSE =
 // stages2 (default) | stages3 | stages3_fastcvt | stages3_fastcvt_poly | lean |
 // lean_stages3 | lean_fastcvt.
 //

@@ -81,7 +81,7 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // the defaults are the measured-best ones):
 //   TURBODIFF_SAGE_SM90_DENSE = overlap (default) | plain | pingpong | fastcvt
 //     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean
-//     | lean_fastcvt | lean_fastcvt_poly
+//     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong
 //     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
 //   TURBODIFF_SAGE_SM90_SPARSE = stages2 (default) | stages3 | stages3_fastcvt
 //     | stages3_fastcvt_poly | lean | lean_stages3 | lean_fastcvt
@@ -104,7 +104,8 @@ enum class Sm90Dense {
   PingPongFastCvtPoly,
   Lean,
   LeanFastCvt,
-  LeanFastCvtPoly
+  LeanFastCvtPoly,
+  LeanPingPong
 };
 enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly, Lean, LeanStages3, LeanFastCvt };
 struct Sm90Variant {

@@ -111,8 +111,8 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
 // variants keep their layout and size). meta: per stage, written by the producer
 // before it arrives on the stage's full barrier (mbarrier.arrive releases,
 // the consumers' wait acquires): the tile's two K scales and its index (sparse:
-// the LUT entry, -1 for one outside [0, KB)), so no consumer waits on an L2
-// load inside the softmax. vscale / qkm: the epilogue's per-channel V scales
+// the LUT entry; n_ktiles, i.e. no valid key, for one outside [0, KB)), so no
+// consumer waits on an L2 load inside the softmax. vscale / qkm: the epilogue's per-channel V scales
 // and per-row LSE corrections, loaded by each consumer at its start.
 template <int D, int kAllStages>
 struct LeanShared {
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kOverlap = kSched != kSchedPlain;
   constexpr bool kPingPong = kSched == kSchedPingPong;
   static_assert(!(kSparse && kPingPong), "ping-pong needs both consumers on the same tiles (dense)");
-  static_assert(!kLean || kSched == kSchedOverlap, "kLean has its own overlap schedule");
+  static_assert(!kLean || kOverlap, "kLean has its own overlap schedule (with or without ping-pong)");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   using Lean = LeanShared<D, C::kAllStages>;
@@ -665,8 +665,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       opaque_zero >>= 30;
       pack_p();
       for (int j = 0; j < n - 1; ++j) {
+        sched_wait();
         issue_qk(j + 1);
         issue_pv(j);
+        sched_pass(false);
         warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
         warpgroup_fence_operand(acc_s);
         float next_lo, next_hi;
@@ -687,7 +689,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         alpha_lo = next_lo;
         alpha_hi = next_hi;
       }
+      sched_wait();
       issue_pv(n - 1);
+      sched_pass(true);
       warpgroup_wait<0>();
       finish_tile(n - 1, alpha_lo, alpha_hi);
     } else if constexpr (kOverlap) {
@@ -830,6 +834,7 @@ Sm90Variant sm90_variant_from_env() {
     else if (s == "lean") v.dense = Sm90Dense::Lean;
     else if (s == "lean_fastcvt") v.dense = Sm90Dense::LeanFastCvt;
     else if (s == "lean_fastcvt_poly") v.dense = Sm90Dense::LeanFastCvtPoly;
+    else if (s == "lean_pingpong") v.dense = Sm90Dense::LeanPingPong;
   }
   if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
     const std::string s(e);
@@ -899,6 +904,13 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
     case Sm90Dense::Lean: return launch<D, 1, 4, kSchedOverlap, false, false, true>(ap, p, stream);
     case Sm90Dense::LeanFastCvt: return launch<D, 1, 4, kSchedOverlap, true, false, true>(ap, p, stream);
     case Sm90Dense::LeanFastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true, true>(ap, p, stream);
+    // lean_pingpong: lean with the two consumers taking turns at the issue
+    // points (as pingpong). With the exp phase now beside the wgmmas, the
+    // turn-taking keeps one warpgroup's softmax under the other's wgmmas
+    // instead of both softmaxes contending for MUFU at once (mio stalls on
+    // MUFU.EX2 in the profile); it costs a named-barrier wait per issue point.
+    // Prediction: within ±5% of lean; better if MUFU contention dominates.
+    case Sm90Dense::LeanPingPong: return launch<D, 1, 4, kSchedPingPong, false, false, true>(ap, p, stream);
     case Sm90Dense::Overlap: break;
   }
   return launch<D, 1, 4, kSchedOverlap>(ap, p, stream);
