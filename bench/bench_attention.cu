@@ -16,8 +16,10 @@
 // The sm_90a variants are timed side by side in the same process:
 // sage_sm90 (default dense schedule, overlap), sage_sm90_plain,
 // sage_sm90_pingpong, sage_sm90_fastcvt, sage_sm90_pingpong_fastcvt,
-// sage_sm90_fastcvt_poly, sage_sm90_pingpong_fastcvt_poly; sparse 2-stage
-// (default), *_stages3, *_stages3_fastcvt and *_stages3_fastcvt_poly.
+// sage_sm90_fastcvt_poly, sage_sm90_pingpong_fastcvt_poly, sage_sm90_lean,
+// sage_sm90_lean_fastcvt, sage_sm90_lean_fastcvt_poly, sage_sm90_lean_pingpong;
+// sparse 2-stage (default), *_stages3, *_stages3_fastcvt, *_stages3_fastcvt_poly,
+// *_lean, *_lean_stages3 and *_lean_fastcvt.
 //   bench_attention [name-filter-substring] [--no-flash] [--no-sparse]
 #include <cuda_bf16.h>
 #if TURBODIFF_HAVE_CUDNN
