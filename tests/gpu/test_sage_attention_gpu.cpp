@@ -426,6 +426,58 @@ TEST(SageAttentionGpuLarge, Wan480pLengthAgainstFp64OnRowSubset) {
   }
 }
 
+TEST(SageAttentionGpuSparse, OutOfRangeLutEntriesAreSkipped) {
+  // The sm_90a sparse kernels skip a LUT entry outside [0, KB) (no keys; the
+  // lean variants route it through the partial-tile path as a tile with no
+  // valid key). Every LUT row here holds one such entry (-1, KB or KB + 5) at a
+  // rotating position, the first position included (a row whose running max
+  // is still -inf), beside 2 valid ones: the result must be the CPU
+  // simulation of the row without it. 777 tokens: a partial last key block
+  // and an odd number of query blocks.
+  TD_REQUIRE_GPU();
+  const Case c3{"sparse_oob_777", AttnLayout::BLHD, 1, 2, 777, 777, 128, false, false, 64, 128, 3};
+  Case c2 = c3;
+  c2.n_sel = 2;
+  const auto f = make_fixture(c2);
+  const std::vector<int32_t> lut2 = f->lut;
+  const int32_t KB = int32_t((c3.len_kv + c3.block_k - 1) / c3.block_k);
+  const int32_t bad[] = {-1, KB, KB + 5};
+  std::vector<int32_t> lut3;
+  for (size_t r = 0; r < lut2.size() / 2; ++r) {
+    const size_t at = r % 3;  // position of the out-of-range entry in the row
+    for (size_t i = 0, v = 0; i < 3; ++i) lut3.push_back(i == at ? bad[(r / 3) % 3] : lut2[2 * r + v++]);
+  }
+  f->lut = lut3;
+
+  std::vector<float> sim_o(size_t(c3.batch * c3.heads * c3.len_q * c3.head_dim)),
+      sim_lse(static_cast<size_t>(kernels::attention_lse_count(f->pf)));
+  const SageSparse hsp{lut2.data(), 2, c3.block_q, c3.block_k};
+  ASSERT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(), &hsp,
+                                        SageBackend::Sm90),
+            Status::Ok)
+      << kernels::attention_last_error();
+  const std::vector<double> sim(sim_o.begin(), sim_o.end());
+  int runs = 0;
+  for (const VariantRun& run : device_runs(true)) {
+    if (run.be != SageBackend::Sm90) continue;
+    SCOPED_TRACE(run.label());
+    const ScopedRunEnv env(run);
+    const GpuOut g = run_gpu(*f, c3, run.be);
+    ASSERT_EQ(g.status, Status::Ok) << kernels::attention_last_error();
+    EXPECT_EQ(g.padding_touched, 0u);
+    const test::Accuracy vs_sim = test::compare(g.o, sim);
+    EXPECT_EQ(vs_sim.nonfinite, 0u) << vs_sim.str();
+    TD_EXPECT_CLOSE(vs_sim, kSimMaxRelL2, kSimMinCosine);
+    const auto [lse_abs, lse_bad] = lse_err(g.lse, sim_lse);
+    EXPECT_EQ(lse_bad, 0u) << "LSE entries not finite";
+    EXPECT_LE(lse_abs, 2 * kSimMaxLseAbs);
+    std::printf("[ sage %s ] %s with out-of-range LUT entries: vs simulation %s | LSE max abs err %.3g\n",
+                run.label().c_str(), case_str(c3).c_str(), vs_sim.str().c_str(), lse_abs);
+    ++runs;
+  }
+  if (runs == 0) GTEST_SKIP() << "no sm_90a backend on this device/build";
+}
+
 TEST(SageAttentionGpuOps, CudaTensorsMatchTheCpuSimulation) {
   // ops::sage_attention on CUDA tensors (Auto: sm_90a on Hopper when built,
   // else portable), dense and 64x128-sparse, against the same op on host tensors.
