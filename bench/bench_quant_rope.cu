@@ -102,13 +102,15 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
       }, stream),
       quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
   // quant_token128: Items4 (the first kernel); _items8 / _items4_idx32 (Auto's
-  // choice since 2026-11-30) / _items4_idx32_lane: the variants.
-  for (Token128QuantKernel v : {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32,
-                                Token128QuantKernel::Items4Idx32, Token128QuantKernel::Items4Idx32Lane})
-    ops[v == Token128QuantKernel::Items4        ? "quant_token128"
-        : v == Token128QuantKernel::Items8Idx32 ? "quant_token128_items8"
-        : v == Token128QuantKernel::Items4Idx32 ? "quant_token128_items4_idx32"
-                                                : "quant_token128_items4_idx32_lane"] = result(
+  // choice since 2026-11-30) / _items4_idx32_lane / _slabs: the variants.
+  for (Token128QuantKernel v :
+       {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32, Token128QuantKernel::Items4Idx32,
+        Token128QuantKernel::Items4Idx32Lane, Token128QuantKernel::RowSlabs})
+    ops[v == Token128QuantKernel::Items4            ? "quant_token128"
+        : v == Token128QuantKernel::Items8Idx32     ? "quant_token128_items8"
+        : v == Token128QuantKernel::Items4Idx32     ? "quant_token128_items4_idx32"
+        : v == Token128QuantKernel::Items4Idx32Lane ? "quant_token128_items4_idx32_lane"
+                                                    : "quant_token128_slabs"] = result(
         td::bench::time_cuda([&](int i) {
           check(quantize_token128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, M, stream, v),
                 "quantize_token128_cuda");

@@ -238,6 +238,24 @@ TEST(QuantGpu, Token128Items4Idx32LaneBitIdenticalToReference) {
   g_token128_kernel = Token128QuantKernel::Items4;
 }
 
+// The RowSlabs token128 variant (a warp per slab of 32 x 4..6 packs of a
+// row): the same shapes (8960 = 7 slabs of 5, 1001 / 1000 / 200 / 129:
+// partial groups and slabs, 64: one partial slab) and the element-wise path
+// (odd strides, misaligned base: Items4Idx32 runs), Wan 1.3B's rows (one
+// slab of 6 per row) and 14B's (4 slabs of 5); bit-identical like the default.
+TEST(QuantGpu, Token128RowSlabsBitIdenticalToReference) {
+  TD_REQUIRE_GPU();
+  g_token128_kernel = Token128QuantKernel::RowSlabs;
+  check_standalone(Fmt::Token128);
+  const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);
+  compare_standalone(Fmt::Token128, wan13, 1536, 32760, 0, "token128 row slabs bf16 32760x1536");
+  const Input wan14 = make_input(ElemType::BF16, 1001, 5120, 5120, 0, 1, true);
+  compare_standalone(Fmt::Token128, wan14, 5120, 1001, 0, "token128 row slabs bf16 1001x5120");
+  const Input wide = make_input(ElemType::F32, 77, 4096, 4096 + 8, 0, 1, true);
+  compare_standalone(Fmt::Token128, wide, 4096 + 16, 80, 0, "token128 row slabs f32 77x4096");
+  g_token128_kernel = Token128QuantKernel::Items4;
+}
+
 TEST(QuantGpu, WanSizedBitIdenticalToReference) {
   TD_REQUIRE_GPU();
   const Input wan13 = make_input(ElemType::BF16, 32760, 1536, 1536);

@@ -124,6 +124,86 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Token128QuantKernel::RowSlabs (variant beside the half-warp-per-group
+// kernels above): the per-group overhead of those kernels (the item ->
+// (row, group) decode, three 64-bit addresses, the group's two divisions,
+// for 8 elements per lane) is what keeps them issue-bound. Here a warp owns
+// a "slab" of one row: 32 x V consecutive 8-element packs (V = 6: a whole
+// 1536-wide row; 5120 = 4 slabs of V = 5; 4096 = 4 of V = 4), pack p0 +
+// lane + 32 j in register slot j, so each slot's 16 lanes hold one aligned
+// 128-column group (amax: 4 xor shuffles on the raw bits' maxima). One
+// 32-bit decode and one set of row addresses per slab (V x 256 bytes of
+// bf16), immediate offsets for the packs, lane j of each half-warp derives
+// slot j's scale and inverse (one IEEE division pair per lane per slab; the
+// inverse goes back by one shuffle per slot; lane j stores slot j's scale),
+// codes packed by PRMT. Same operations on the same values as the default:
+// bit-identical codes and scales. Vector path only (else Items4Idx32).
+// Counted per bf16 element: |x| max on the bits 1, group max 1, unpack 1,
+// product + cvt 2, PRMT 0.75, parameters ~0.6, decode / addresses ~0.6,
+// LDG/STG 0.25: ~7; the sm_90a SASS of the V = 6 kernel has 505
+// instructions for a lane's 48 elements (~10.5 per element, the division
+// slow path included), against ~22 per element for Items4 (profile) and ~26
+// available at 4 TB/s (3 bytes per element). 48 registers: 5 CTAs = 40
+// warps per SM, ~120 KB of loads in flight. Predicted: HBM-bound, 90-95% of
+// copy at both Wan shapes (as quant_block128, 93-101%), from 77-79%.
+constexpr int kSlabWarps = kThreads / 32;
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    quantize_token128_slab_kernel(const T* __restrict__ x, int cols, int64_t ld_x, int8_t* __restrict__ q, int64_t ld_q,
+                                  float* __restrict__ scales, int64_t ld_scales, int slabs, int units) {
+  const int lane = int(threadIdx.x & 31u), lane16 = lane & 15;
+  const int unit = int(blockIdx.x) * kSlabWarps + int(threadIdx.x >> 5);
+  if (unit >= units) return;  // a whole warp; no block-wide barrier follows
+  const int row = unit / slabs, slab = unit - row * slabs;
+  const int packs = cols / 8;
+  const int p0 = slab * 32 * V;
+  const T* xr = x + int64_t(row) * ld_x;
+  int8_t* qr = q + int64_t(row) * ld_q;
+
+  Pack8<T> raw[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int p = p0 + lane + 32 * j;
+    raw[j] = p < packs ? load_pack(xr + p * 8) : zero_pack<T>();
+  }
+  float amax[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) amax[j] = group_max<16>(amax_from_bits<T>(absmax_bits(raw[j], 0u)));
+  float my_amax = amax[0];
+#pragma unroll
+  for (int j = 1; j < V; ++j)
+    if (lane16 == j) my_amax = amax[j];
+  const QuantParams mine = symmetric_params_dev(my_amax);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float inv = __shfl_sync(0xffffffffu, mine.inv, (lane & 16) | j);
+    const int p = p0 + lane + 32 * j;
+    if (p < packs) {
+      float f[8];
+      unpack(raw[j], f);
+      *reinterpret_cast<uint2*>(qr + p * 8) = quantize8_prmt(f, inv);
+    }
+  }
+  if (lane16 < V) {
+    const int pg = p0 + 32 * lane16 + (lane & 16);  // first pack of slot lane16's group
+    if (pg < packs) scales[int64_t(pg >> 4) * ld_scales + row] = mine.scale;
+  }
+}
+
+// Packs per lane of a slab for rows of `packs` packs: V in {4, 5, 6}, the
+// fewest idle pack slots over the row's slabs, ties to the larger V.
+int slab_packs(int64_t packs) {
+  int best = 0;
+  int64_t best_idle = -1;
+  for (int v : {6, 5, 4}) {
+    const int64_t per = 32 * int64_t(v), slabs = (packs + per - 1) / per;
+    const int64_t idle = slabs * per - packs;
+    if (best_idle < 0 || idle < best_idle) best_idle = idle, best = v;
+  }
+  return best;
+}
+
 }  // namespace
 
 Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* q,
@@ -141,7 +221,35 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
       kernel = std::strcmp(e, "items8") == 0        ? Token128QuantKernel::Items8Idx32
                : std::strcmp(e, "items4") == 0       ? Token128QuantKernel::Items4
                : std::strcmp(e, "items4_32_lane") == 0 ? Token128QuantKernel::Items4Idx32Lane
+               : std::strcmp(e, "slabs") == 0          ? Token128QuantKernel::RowSlabs
                                                      : Token128QuantKernel::Items4Idx32;
+  }
+  const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_q % 8 == 0 && aligned_to(x, 16) && aligned_to(q, 8);
+  if (kernel == Token128QuantKernel::RowSlabs) {
+    // Vector path with every slab index (rows x slabs) and cols in 32 bits;
+    // otherwise Items4Idx32 (below).
+    const int v = slab_packs(cols / 8);
+    const int64_t slabs = (cols / 8 + 32 * v - 1) / (32 * v);
+    if (vec && cols <= int64_t(0x7fffffff) && rows * slabs <= int64_t(0x7fffffff) - kSlabWarps) {
+      const int units = int(rows * slabs);
+      const unsigned grid = unsigned((units + kSlabWarps - 1) / kSlabWarps);
+      auto s = static_cast<cudaStream_t>(stream);
+      return dispatch_act_type(x_type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xt = static_cast<const T*>(x);
+        if (v == 6)
+          quantize_token128_slab_kernel<T, 6><<<grid, kThreads, 0, s>>>(xt, int(cols), ld_x, q, ld_q, scales, ld_scales,
+                                                                          int(slabs), units);
+        else if (v == 5)
+          quantize_token128_slab_kernel<T, 5><<<grid, kThreads, 0, s>>>(xt, int(cols), ld_x, q, ld_q, scales, ld_scales,
+                                                                          int(slabs), units);
+        else
+          quantize_token128_slab_kernel<T, 4><<<grid, kThreads, 0, s>>>(xt, int(cols), ld_x, q, ld_q, scales, ld_scales,
+                                                                          int(slabs), units);
+        return launch_status();
+      });
+    }
+    kernel = Token128QuantKernel::Items4Idx32;
   }
   // The 32-bit decode needs every item index (and the grid's half-warp
   // count) below 2^31; otherwise the default kernel runs.
@@ -151,7 +259,6 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
   const int64_t items_per_block = int64_t(kThreads / 16) * (wide ? 8 : kItemsPerHalfWarp);
   const int64_t blocks = (rows * groups + items_per_block - 1) / items_per_block;
   if (blocks > 0x7fffffff) return Status::InvalidArgument;
-  const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_q % 8 == 0 && aligned_to(x, 16) && aligned_to(q, 8);
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch_act_type(x_type, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -42,9 +42,13 @@ Status dequantize_token128_cpu(const int8_t* q, int64_t rows, int64_t cols, int6
 //                pair per lane (lane u of a half-warp for its item u, the
 //                inverse shuffled back) and codes packed by PRMT; same
 //                condition. Candidate for issue 3's bandwidth bar.
-//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8|items4|items4_32_lane if set,
-//                else Items4Idx32 (measured fastest on the H200, 2026-11-30).
-enum class Token128QuantKernel { Auto, Items4, Items8Idx32, Items4Idx32, Items4Idx32Lane };
+//   RowSlabs     a warp per slab of one row (32 x 4..6 packs of 8: a whole
+//                1536 row, a quarter of 5120), one decode and one division
+//                pair per lane per slab, PRMT packing; vector path with
+//                rows x slabs < 2^31, else Items4Idx32. Candidate for issue 3's bar.
+//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8|items4|items4_32_lane|slabs
+//                if set, else Items4Idx32 (measured fastest on the H200, 2026-11-30).
+enum class Token128QuantKernel { Auto, Items4, Items8Idx32, Items4Idx32, Items4Idx32Lane, RowSlabs };
 
 #if TURBODIFF_HAVE_CUDA
 // Half a warp per (row, group): 16 lanes x 8 elements, amax by xor shuffles;
