@@ -53,7 +53,8 @@ constexpr int kItemsPerHalfWarp = 4;
 // and the codes are gathered by PRMT (6 per 8 codes: -10 per item). Same
 // operations on the same values: bit-identical codes and scales.
 // Predicted: ~-3 instructions per element (~17 -> ~14 after the 32-bit
-// decode), issue ~55-60%: HBM-bound, 88-92% of copy (from 77-79%).
+// decode, an estimate: the profile caught Items4, ~22), issue ~55-65%:
+// 84-90% of copy (from 77-79%); RowSlabs (below) removes more.
 template <typename T, bool kVec, int kItems = kItemsPerHalfWarp, bool kIdx32 = false, bool kLaneParams = false>
 __global__ void __launch_bounds__(kThreads)
     quantize_token128_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t ld_x, int8_t* __restrict__ q,
