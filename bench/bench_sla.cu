@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
       p.scale = float(1.0 / std::sqrt(double(D)));
       p.topk = topk;
       p.topk_algo = td::kernels::SlaTopkAlgo::Bitonic;  // the default; `*_radix` keys time SlaTopkAlgo::Radix
+      // The base keys time the earlier pipeline explicitly (Simple score kernel,
+      // Warp linear kernels; ops::sla's defaults are now the Tiled / Staged /
+      // fused path): `*_tiled`, `*_staged` and `sagesla_fused_*` time the new one.
+      p.score_kernel = td::kernels::SlaScoreKernel::Simple;
+      p.linear_kernels = td::kernels::SlaLinearKernels::Warp;
       auto record = [&](const std::string& key, const std::function<void(int)>& fn) {
         fn(0);
         const cudaError_t e = cudaStreamSynchronize(stream);

@@ -213,15 +213,19 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   const int64_t n_sel = kernels::sla_selected_blocks(p.topk, p.key_blocks());
   Tensor lut = Tensor::empty({p.batch, p.heads, p.query_blocks(), n_sel}, DType::I32, q.device());
   // fused: 0 off, 1 the sage pass's block sums (TD_SLA_FUSED=1), 2 and the sage
-  // statistics from the linear branch's K/V pass (TD_SLA_FUSED=2; with proj_l only).
+  // statistics from the linear branch's K/V pass (with proj_l only). Level 2 is
+  // the default: SageSLA at topk 0.1 in 1.89 vs 2.17 ms at 1x12x32760 and
+  // 23.3 vs 25.8 ms at 1x40x75600 on the H200 (2026-11-30, bench_sla
+  // `sagesla_fused_kv_total` vs `sagesla_total_radix_overlap`; GPU tests
+  // passed). TD_SLA_FUSED=0 runs the earlier pipeline (also its Simple score
+  // and Warp linear kernels), TD_SLA_FUSED=1 level 1.
+  const char* fused_env = std::getenv("TD_SLA_FUSED");
+  const int env_level = fused_env && std::string(fused_env) == "0" ? 0 : fused_env && std::string(fused_env) == "1" ? 1 : 2;
   int fused = 0;
   if (options.fused) {
-    const char* env = std::getenv("TD_SLA_FUSED");
-    const bool env2 = env && std::string(env) == "2";
-    fused = *options.fused ? (options.fused_kv_stats.value_or(env2) ? 2 : 1) : 0;
+    fused = *options.fused ? (options.fused_kv_stats.value_or(env_level != 1) ? 2 : 1) : 0;
   } else {
-    const char* env = std::getenv("TD_SLA_FUSED");
-    fused = env && std::string(env) == "1" ? 1 : env && std::string(env) == "2" ? 2 : 0;
+    fused = env_level;
     if (fused && options.fused_kv_stats) fused = *options.fused_kv_stats ? 2 : 1;
   }
   const bool kv_stats = fused == 2 && proj_weight.defined();

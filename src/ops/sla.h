@@ -31,28 +31,28 @@ struct SlaOptions {
   // joined before its Q half adds onto o (the same bits). Unset: on (measured
   // faster), TD_SLA_OVERLAP=0 turns it off.
   std::optional<bool> overlap_linear;
-  // CUDA block selection's score GEMM: Simple (default) or Tiled (the same
-  // scores bit for bit, ~7x faster by FMA count); Auto: TD_SLA_SCORE=tiled or
-  // TD_SLA_FUSED=1|2 picks Tiled.
+  // CUDA block selection's score GEMM: Simple or Tiled (the same scores bit
+  // for bit, measured faster); Auto: Tiled, unless TD_SLA_SCORE=simple or
+  // TD_SLA_FUSED=0.
   kernels::SlaScoreKernel score_kernel = kernels::SlaScoreKernel::Auto;
-  // CUDA linear branch's kernels: Warp (default) or Staged (8-lane φ rows, three
-  // K/V stages, o prefetched with Q and stored in 16-byte rows;
-  // kernels/sla/sla.h); Auto: TD_SLA_LINEAR=staged or TD_SLA_FUSED=1|2 picks Staged.
+  // CUDA linear branch's kernels: Warp or Staged (8-lane φ rows, three K/V
+  // stages, o prefetched with Q and stored in 16-byte rows; kernels/sla/sla.h;
+  // measured faster); Auto: Staged, unless TD_SLA_LINEAR=warp or TD_SLA_FUSED=0.
   kernels::SlaLinearKernels linear_kernels = kernels::SlaLinearKernels::Auto;
-  // sagesla on CUDA: the fused pipeline (variant beside the default, issue 6):
+  // sagesla on CUDA: the fused pipeline (the default, measured faster; issue 6):
   // the sage quantize pass also writes the 64-token block sums of Q and of
   // smoothed K from the loads that quantize them, block selection pools from
   // those (Tiled score GEMM, no pooling pass, the sage pass's K mean), then the
   // sage attention kernel on the already-quantized workspace; the linear
-  // branch as without it (overlap_linear). Unset: TD_SLA_FUSED=1 (or 2) turns it on.
+  // branch as without it (overlap_linear). Unset: on, unless TD_SLA_FUSED=0.
   // Its LUT can differ from the default's only at fp32 near-ties (other
   // summation orders of the same pooled means). Also picks the Tiled score
   // GEMM and the Staged linear kernels (for `sla` (128 x 64) too) where those are Auto.
   std::optional<bool> fused;
   // With fused and proj_l: the linear branch's K/V half runs first, in line,
   // and also writes the sage K mean and V scales (one read of K and V for both;
-  // the sage statistics pass is skipped; no second stream). Unset:
-  // TD_SLA_FUSED=2 turns fused and this on.
+  // the sage statistics pass is skipped; no second stream). Unset: on, unless
+  // TD_SLA_FUSED=1 (fused without it) or TD_SLA_FUSED=0 (neither).
   std::optional<bool> fused_kv_stats;
 };
 

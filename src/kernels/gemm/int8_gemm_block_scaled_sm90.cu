@@ -796,10 +796,14 @@ static BlockScaledSm90Kernel block_scaled_sm90_env_default() {
     if (e && std::strcmp(e, "three_consumers_smem_epi") == 0) return BlockScaledSm90Kernel::ThreeConsumersSmemEpi;
     if (e && std::strcmp(e, "three_consumers_ordered") == 0) return BlockScaledSm90Kernel::ThreeConsumersOrdered;
     if (e && std::strcmp(e, "baseline") == 0) return BlockScaledSm90Kernel::Baseline;
-    // PipelinedCvt: on the H200 (2026-11-30, bench_gemm) 6-12% faster than the
-    // baseline on 5 of the 6 large Wan shapes (-1% on 14B ffn1), identical
-    // output (the bench's bit-for-bit probe), GPU tests passed.
-    return BlockScaledSm90Kernel::PipelinedCvt;
+    // ThreeConsumersSmemEpi: on the H200 (2026-11-30, bench_gemm, GEMM alone
+    // vs cuBLAS BF16 in the same process) 1.06/1.18/1.06x at Wan-1.3B
+    // ffn1/ffn2/qkv and 1.25/1.31/1.12x at 14B, against PipelinedCvt's
+    // 0.75/0.83/0.74 and 0.94/1.00/0.89 (the earlier default); with the fused
+    // epilogues 0.71-1.20x against 0.33-0.91x. Output identical to the
+    // baseline (the bench's bit-for-bit probe); GPU tests passed.
+    if (e && std::strcmp(e, "pipelined_cvt") == 0) return BlockScaledSm90Kernel::PipelinedCvt;
+    return BlockScaledSm90Kernel::ThreeConsumersSmemEpi;
   }();
   return k;
 }

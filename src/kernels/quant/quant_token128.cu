@@ -215,15 +215,16 @@ Status quantize_token128_cuda(ElemType x_type, const void* x, int64_t rows, int6
   if (!x || !q || !scales || ld_x < cols || ld_q < cols || ld_scales < rows) return Status::InvalidArgument;
   const int64_t groups = quant_groups(cols);
   if (kernel == Token128QuantKernel::Auto) {
-    // Items4Idx32: 77-79% of copy on the H200 (2026-11-30) against 75-77%
-    // for Items4 (Items8Idx32: 56%); bit-identical codes, GPU tests passed.
-    kernel = Token128QuantKernel::Items4Idx32;
+    // RowSlabs: 94.0% / 99.5% of copy on the H200 (2026-11-30, 32760x1536 /
+    // 75600x5120) against 77-79% for Items4Idx32 (the earlier default) and
+    // 81-84% for Items4Idx32Lane; bit-identical codes, GPU tests passed.
+    kernel = Token128QuantKernel::RowSlabs;
     if (const char* e = std::getenv("TURBODIFF_QUANT_TOKEN128_KERNEL"))  // read per call: A/B in benchmarks
       kernel = std::strcmp(e, "items8") == 0        ? Token128QuantKernel::Items8Idx32
                : std::strcmp(e, "items4") == 0       ? Token128QuantKernel::Items4
+               : std::strcmp(e, "items4_32") == 0    ? Token128QuantKernel::Items4Idx32
                : std::strcmp(e, "items4_32_lane") == 0 ? Token128QuantKernel::Items4Idx32Lane
-               : std::strcmp(e, "slabs") == 0          ? Token128QuantKernel::RowSlabs
-                                                     : Token128QuantKernel::Items4Idx32;
+                                                     : Token128QuantKernel::RowSlabs;
   }
   const bool vec = cols % 8 == 0 && ld_x % 8 == 0 && ld_q % 8 == 0 && aligned_to(x, 16) && aligned_to(q, 8);
   if (kernel == Token128QuantKernel::RowSlabs) {

@@ -108,9 +108,16 @@ enum class Sm90Dense {
   LeanPingPong
 };
 enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly, Lean, LeanStages3, LeanFastCvt };
+// Defaults (H200, 2026-11-30, bench_attention / bench_sla, same process as
+// cuDNN; every variant passed the GPU tests first): dense lean 8.62 ms vs the
+// overlap schedule's 9.45 ms at 1x12x32760x128 (1.36x vs 1.24x cuDNN), 144.5
+// vs 163.8 ms at 1x40x75600 (1.43x vs 1.26x); sparse lean_stages3 1.41 vs
+// 1.48 ms at topk 0.1 (32760) and 20.2 vs 20.7 ms (75600). The previous
+// defaults stay reachable: TURBODIFF_SAGE_SM90_DENSE=overlap,
+// TURBODIFF_SAGE_SM90_SPARSE=stages2.
 struct Sm90Variant {
-  Sm90Dense dense = Sm90Dense::Overlap;
-  Sm90Sparse sparse = Sm90Sparse::Stages2;
+  Sm90Dense dense = Sm90Dense::Lean;
+  Sm90Sparse sparse = Sm90Sparse::LeanStages3;
 };
 
 // sm_90a (sage_attention_sm90.cu when built for 90a).

@@ -58,15 +58,15 @@ enum class SlaTopkAlgo { Auto, Bitonic, Radix };
 // The CUDA block selection's pooled-score GEMM (both give the same fp32 scores
 // bit for bit: each score is one fmaf chain over the channels in order, on the
 // same pooled values; so the same LUT). Simple: 16 query x 64 key blocks per
-// CTA, 4 outputs per thread (the default; 75 us at 1x12x32760 on the H200,
+// CTA, 4 outputs per thread (the earlier default; 75 us at 1x12x32760 on the H200,
 // 63 GB/s, issue-bound on shared loads). Tiled: 64 x 64 blocks per CTA, a 4 x 4
 // register block per thread, 32-channel slices staged transposed in shared
-// memory with the next slice prefetched into registers. Auto: Tiled when the
-// environment has TD_SLA_SCORE=tiled or TD_SLA_FUSED=1|2, else Simple.
+// memory with the next slice prefetched into registers. Auto: Tiled (measured
+// faster), Simple when the environment has TD_SLA_SCORE=simple or TD_SLA_FUSED=0.
 enum class SlaScoreKernel { Auto, Simple, Tiled };
 
 // The CUDA linear branch's kernels (both halves; the same for sla_linear_add_cuda
-// and the prepare / apply calls). Warp (the default; on the H200 at 1x12x32760
+// and the prepare / apply calls). Warp (the earlier default; on the H200 at 1x12x32760
 // prepare 0.27 ms and apply 0.27 ms, ~2.7x over their bytes): φ rows by a whole
 // warp each (10 dependent shuffles, the warp's rows one after the other), two
 // K/V stages in kv_partial, o read-modified-written 4 bytes at a time from the
@@ -75,8 +75,8 @@ enum class SlaScoreKernel { Auto, Simple, Tiled };
 // stages; linear_apply fetches the o tile by cp.async together with Q (its
 // latency behind φ and the mma), forms o + acc/den + bias in shared memory and
 // stores 16-byte rows. Same formulas; φ's row sums in another order, so the bits
-// may differ from Warp's in the last place. Auto: Staged when the environment
-// has TD_SLA_LINEAR=staged or TD_SLA_FUSED=1|2, else Warp.
+// may differ from Warp's in the last place. Auto: Staged (measured faster),
+// Warp when the environment has TD_SLA_LINEAR=warp or TD_SLA_FUSED=0.
 enum class SlaLinearKernels { Auto, Warp, Staged };
 
 struct SlaProblem {

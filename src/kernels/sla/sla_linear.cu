@@ -779,15 +779,18 @@ Status launch_error(const char* what) {
 
 constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; linear_apply
 
-// SlaLinearKernels::Auto -> Staged when TD_SLA_LINEAR=staged or TD_SLA_FUSED=1|2
-// (read per call, for A/B runs), else Warp.
+// SlaLinearKernels::Auto -> Staged (read per call, for A/B runs): 0.38 vs
+// 0.54 ms for the whole linear branch at 1x12x32760 and 2.04 vs 3.33 ms at
+// 1x40x75600 on the H200 (2026-11-30, bench_sla `linear_staged` vs `linear`,
+// GPU tests passed). TD_SLA_LINEAR=warp or TD_SLA_FUSED=0 (the earlier
+// pipeline) picks Warp.
 bool use_staged_linear(const SlaProblem& p) {
   if (p.linear_kernels != SlaLinearKernels::Auto) return p.linear_kernels == SlaLinearKernels::Staged;
   const char* apply = std::getenv("TD_SLA_LINEAR");
   if (apply && std::strcmp(apply, "staged") == 0) return true;
   if (apply && std::strcmp(apply, "warp") == 0) return false;
-  const char* fused = std::getenv("TD_SLA_FUSED");  // 1 or 2: the fused SageSLA path
-  return fused && (std::strcmp(fused, "1") == 0 || std::strcmp(fused, "2") == 0);
+  const char* fused = std::getenv("TD_SLA_FUSED");
+  return !(fused && std::strcmp(fused, "0") == 0);
 }
 
 template <int D, int FM>
