@@ -122,13 +122,18 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
       }, stream),
       quant_bytes + 4.0 * double(M), copy_gbps);
   // Every rows-per-CTA variant side by side: ln_mod_quant_token128 is the
-  // default (one row per CTA), _rows2 / _rows4 / _teams the LnQuantTokenRows variants.
-  for (LnQuantTokenRows v :
-       {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four, LnQuantTokenRows::WarpTeams}) {
-    const char* key = v == LnQuantTokenRows::One    ? "ln_mod_quant_token128"
-                      : v == LnQuantTokenRows::Two  ? "ln_mod_quant_token128_rows2"
-                      : v == LnQuantTokenRows::Four ? "ln_mod_quant_token128_rows4"
-                                                    : "ln_mod_quant_token128_teams";
+  // default (one row per CTA), _rows2 / _rows4 / _teams / _warps the LnQuantTokenRows variants.
+  // _warps (WarpRows: a row per warp, bit-identical to the default), predicted
+  // from ~15 (1536) / ~17 (5120) instructions per element against ~34.6
+  // measured for the default: HBM-bound, 88-93% of copy at 32760x1536 and
+  // 85-92% at 75600x5120 (default 58.7% / 57.9%).
+  for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four,
+                             LnQuantTokenRows::WarpTeams, LnQuantTokenRows::WarpRows}) {
+    const char* key = v == LnQuantTokenRows::One         ? "ln_mod_quant_token128"
+                      : v == LnQuantTokenRows::Two       ? "ln_mod_quant_token128_rows2"
+                      : v == LnQuantTokenRows::Four      ? "ln_mod_quant_token128_rows4"
+                      : v == LnQuantTokenRows::WarpTeams ? "ln_mod_quant_token128_teams"
+                                                         : "ln_mod_quant_token128_warps";
     ops[key] = result(
         td::bench::time_cuda([&](int i) {
           check(layernorm_modulate_quant_token128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,

@@ -418,6 +418,7 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                            (f == Fmt::Token128 ? (token_rows == LnQuantTokenRows::Two         ? " 2 rows/CTA"
                                                   : token_rows == LnQuantTokenRows::Four      ? " 4 rows/CTA"
                                                   : token_rows == LnQuantTokenRows::WarpTeams ? " warp teams"
+                                                  : token_rows == LnQuantTokenRows::WarpRows  ? " warp rows"
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
@@ -474,6 +475,77 @@ TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
                    "x" + std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
                LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::WarpTeams);
     }
+}
+// The warp-per-row token128 variant (LnQuantTokenRows::WarpRows): the cases
+// above (plans of 1 warp at 64, 200, 1000; 2 at 1536; 4 at 4096; 5 at 5120:
+// rows that fill every slot and rows that do not; samples changing inside a
+// CTA's 4 rows; row counts not multiples of 4), plus 3072 (3 warps), a
+// 2-row sample over many CTAs, and rows it does not take (6144: a 6-warp
+// plan; fp32 3072/4096/5120: the raw row exceeds 80 registers; 8960), which
+// run the one-row kernel. Same bars as the default; bit-identity with the
+// default is checked by the next test.
+TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
+  TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
+  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::WarpRows);
+  constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2}, {19, 8960, 7}, {5, 5120, 3}};
+  for (ElemType t : kActTypes)
+    for (const LnCase& lc : kExtra) {
+      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+      check_ln(Fmt::Token128, p,
+               std::string("ln_modulate_quant token128 warp rows ") + type_name(t) + " " + std::to_string(lc.rows) +
+                   "x" + std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
+               LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::WarpRows);
+    }
+}
+
+// WarpRows sums the statistics in the default's order (the default's plan's
+// per-thread partials), so its codes and scales are the default's bit for
+// bit, padding untouched (both outputs poisoned alike).
+Quantized run_ln_token128_gpu(const LnProblem& p, LnQuantTokenRows v) {
+  const Input& in = p.x;
+  const int64_t rows = in.rows, dim = in.cols, ld_q = dim + 16, ld_s = rows + 4;
+  const size_t nscales = scale_count(Fmt::Token128, rows, dim, ld_s);
+  Quantized out{std::vector<int8_t>(size_t(rows * ld_q)), std::vector<float>(nscales)};
+  test::poison(out.q.data(), out.q.size(), DType::I8);
+  test::poison(out.scales.data(), out.scales.size() * 4, DType::F32);
+  DeviceBuf x(in.bytes.size()), mod(p.e0.size() * 4), q(out.q.size()), s(nscales * 4);
+  x.upload(in.bytes.data());
+  mod.upload(p.e0.data());
+  q.upload(out.q.data());
+  s.upload(out.scales.data());
+  const float* shift_d = static_cast<const float*>(mod.ptr());
+  cuda::Stream stream(0);
+  EXPECT_EQ(layernorm_modulate_quant_token128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, shift_d + p.ld_mod / 6,
+                                                   p.ld_mod, p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()),
+                                                   ld_q, static_cast<float*>(s.ptr()), ld_s, stream.native(), v),
+            Status::Ok);
+  stream.synchronize();
+  q.download(out.q.data());
+  s.download(out.scales.data());
+  return out;
+}
+
+TEST(LnModulateQuantGpu, Token128WarpRowsBitIdenticalToOne) {
+  TD_REQUIRE_GPU();
+  constexpr LnCase kCases[] = {{37, 64, 37},    {129, 200, 43},  {333, 1000, 111}, {1001, 1536, 2},  {3, 1536, 1},
+                               {45, 3072, 45},  {300, 4096, 300}, {130, 5120, 65},  {1000, 5120, 500}, {77, 6144, 20}};
+  for (ElemType t : kActTypes)
+    for (const LnCase& lc : kCases) {
+      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+      const std::string what = std::string("warp rows vs one ") + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                               std::to_string(lc.dim);
+      const Quantized one = run_ln_token128_gpu(p, LnQuantTokenRows::One);
+      const Quantized warp = run_ln_token128_gpu(p, LnQuantTokenRows::WarpRows);
+      ASSERT_EQ(std::memcmp(one.q.data(), warp.q.data(), one.q.size()), 0) << what << ": codes differ";
+      ASSERT_EQ(std::memcmp(one.scales.data(), warp.scales.data(), one.scales.size() * 4), 0)
+          << what << ": scales differ";
+    }
+  const LnProblem wan = make_ln_problem(ElemType::BF16, 32760, 1536, 32760);
+  const Quantized one = run_ln_token128_gpu(wan, LnQuantTokenRows::One);
+  const Quantized warp = run_ln_token128_gpu(wan, LnQuantTokenRows::WarpRows);
+  ASSERT_EQ(std::memcmp(one.q.data(), warp.q.data(), one.q.size()), 0) << "bf16 32760x1536: codes differ";
+  ASSERT_EQ(std::memcmp(one.scales.data(), warp.scales.data(), one.scales.size() * 4), 0)
+      << "bf16 32760x1536: scales differ";
 }
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }

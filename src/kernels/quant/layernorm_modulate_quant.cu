@@ -584,22 +584,237 @@ Status launch_token128_team(const LnArgs& a, int team_warps, cudaStream_t s) {
   return launch_status();
 }
 
+// LnQuantTokenRows::WarpRows (variant beside the kernels above): a row per
+// warp, built like quant_token128's RowSlabs to cut instructions per element.
+// The profile of the one-row kernel (H200, bf16 32760x1536: 80% of issue
+// slots, ~34.6 thread instructions per element against ~26 that 4 TB/s
+// allows at 100% issue for 3 bytes per element) charges it for two CTA-wide
+// reductions with barriers per row, the 1 + scale and the two IEEE divisions
+// of every 128-group in every lane of its half-warp (~25 instructions per 8
+// elements), mask/shift/OR code packing, and 64-bit addresses per pack.
+// Here a 128-thread CTA holds 4 independent rows (no barrier at all):
+//  * lane l holds packs l + 32 s (s < S = VD * W, VD x 32W the default's
+//    plan for this dim: 1536 -> 6 packs, 5120 -> 20, 4096 -> 16), each slot's
+//    16-lane halves one aligned 128-column group; all loads issued first.
+//  * Statistics in the default's exact order: slot s belongs to the
+//    default's thread l + 32 (s % W), so W per-"thread" partials summed in
+//    slot order, one xor-tree warp_sum each, then added in warp order as
+//    group_sum does; the same centered second pass. mean and rstd are the
+//    default's bits, hence y, amax, scales and codes too: bit-identical.
+//  * Quantization parameters per chunk of C slots (C = S up to 6-8, 5 or 4
+//    for the widest rows, so C x 8 fp32 y stay in registers): lane j of each
+//    half-warp does slot j's division pair, one shuffle per slot brings the
+//    inverse back, lane j stores slot j's scale (one pair per lane per chunk
+//    instead of one per slot); codes packed by PRMT, 8-byte stores.
+//  * Sample index by one 32-bit division per row; 32-bit pack offsets.
+// Counted per bf16 element (1536, S = 6): unpack 1, sum 1, centered square 2
+// (d = x - mean kept for y), y 3 (FMUL rstd, FADD 1 + scale, FFMA), |y| max 1,
+// group max 1 (4 SHFL + 4 FMNMX per 8), product + cvt 2, PRMT 0.75,
+// parameter LDG.128 0.5, x LDG / code STG 0.2, per row (2 x 2 warp_sums,
+// the division pair, shuffles of inv, scale stores, addresses: ~130 per
+// lane / 48) ~2.7: ~15 (5120, S = 20: the raw row stays packed in 80
+// registers and is unpacked in each of the 3 passes: ~17), against ~34.6
+// measured for the default.
+// Predicted: HBM-bound, 88-93% of copy at 32760x1536 and 85-92% at
+// 75600x5120 (from 58.7% / 57.9%).
+constexpr int kWarpRowsCta = 128;
+constexpr int kWarpRowsPerCta = kWarpRowsCta / 32;
+constexpr int kWarpRowsMaxWords = 20;  // uint4 of raw row per lane (80 registers): bf16 5120, fp32 2560
+
+// Slots per chunk of quantization parameters: the largest divisor of S up to
+// 8 (5 once the raw row takes 64+ registers), so y of a chunk fits beside it.
+constexpr int warp_rows_chunk(int S, int words) {
+  const int cap = 4 * words * S >= 64 ? 5 : 8;
+  for (int d = cap; d > 1; --d)
+    if (S % d == 0) return d;
+  return 1;
+}
+
+// kFull: the row fills all S slots of every lane (1536, 3072, 4096, 5120):
+// no per-pack bounds tests, so no divergent branches and the compiler can
+// keep one x - mean for the variance and y. kHold: the unpacked fp32 row
+// (S x 8 floats) is kept instead of re-unpacking it in each of the 3 passes
+// where it fits (<= 48 floats; fp32 inputs need no unpacking).
+template <typename T, int VD, int W, bool kFull>
+__global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_kernel(LnArgs a) {
+  constexpr int S = VD * W;
+  constexpr int C = warp_rows_chunk(S, Pack8<T>::kWords);
+  constexpr bool kHold = sizeof(T) == 4 || S * 8 <= 48;
+  const int lane = int(threadIdx.x & 31u), lane16 = lane & 15, half = lane & 16;
+  const int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
+  if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
+  const int packs = a.dim / 8;
+  auto valid = [&](int s) { return kFull || lane + 32 * s < packs; };
+  const T* xr = static_cast<const T*>(a.x) + r * a.ld_x;
+
+  Pack8<T> raw[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) raw[s] = valid(s) ? load_pack(xr + (lane + 32 * s) * 8) : zero_pack<T>();
+  float held[kHold ? S : 1][8];
+  if constexpr (kHold) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) unpack(raw[s], held[s]);
+  }
+  auto elems = [&](int s, float (&f)[8]) {
+    if constexpr (kHold) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[e] = held[s][e];
+    } else {
+      // An empty asm per pass makes the words opaque, so the compiler cannot
+      // keep one pass's unpacked floats for the next (at 5120 bf16 it did:
+      // 255 registers, 2 CTAs per SM); each pass re-unpacks (1 instruction
+      // per element) from the 80 registers of the raw row.
+      Pack8<T> q = raw[s];
+#pragma unroll
+      for (int k = 0; k < Pack8<T>::kWords; ++k)
+        asm volatile("" : "+r"(q.w[k].x), "+r"(q.w[k].y), "+r"(q.w[k].z), "+r"(q.w[k].w));
+      unpack(q, f);
+    }
+  };
+  // Mean: the default's thread l + 32w sums its packs (slots w, w + W, ...)
+  // in order, each warp_sum'd, then added in warp order from 0.f.
+  float part[W];
+#pragma unroll
+  for (int w = 0; w < W; ++w) part[w] = 0.f;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    float f[8];
+    elems(s, f);  // invalid packs are zeros, added as the default adds them
+#pragma unroll
+    for (int e = 0; e < 8; ++e) part[s % W] += f[e];
+  }
+#pragma unroll
+  for (int w = 0; w < W; ++w) part[w] = warp_sum(part[w]);
+  float total = 0.f;
+  if (W == 1) {
+    total = part[0];  // group_sum returns the warp sum itself for one warp
+  } else {
+#pragma unroll
+    for (int w = 0; w < W; ++w) total += part[w];
+  }
+  const float mean = total / float(a.dim);
+  // Centered second pass, invalid packs skipped as in row_stats.
+#pragma unroll
+  for (int w = 0; w < W; ++w) part[w] = 0.f;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    if (valid(s)) {
+      float f[8];
+      elems(s, f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float d = f[e] - mean;
+        part[s % W] = fmaf(d, d, part[s % W]);
+      }
+    }
+  }
+#pragma unroll
+  for (int w = 0; w < W; ++w) part[w] = warp_sum(part[w]);
+  float c = 0.f;
+  if (W == 1) {
+    c = part[0];
+  } else {
+#pragma unroll
+    for (int w = 0; w < W; ++w) c += part[w];
+  }
+  const float rstd = __fdiv_rn(1.f, __fsqrt_rn(c / float(a.dim) + a.eps));
+
+  const int64_t b = (r <= int64_t(UINT32_MAX) && a.rows_per_batch <= int64_t(UINT32_MAX))
+                        ? int64_t(uint32_t(r) / uint32_t(a.rows_per_batch))
+                        : r / a.rows_per_batch;
+  const float* shift = a.shift + b * a.ld_mod;
+  const float* scale = a.scale + b * a.ld_mod;
+  int8_t* qrow = a.q + r * a.ld_q;
+#pragma unroll
+  for (int c0 = 0; c0 < S; c0 += C) {
+    float y[C][8], amax[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      const int p = lane + 32 * (c0 + j);
+      float m = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[j][e] = 0.f;
+      if (valid(c0 + j)) {
+        // modulate_pack's expression on the same fp32 x.
+        float f[8], sh[8], sc[8];
+        elems(c0 + j, f);
+        load_params8(shift + p * 8, sh);
+        load_params8(scale + p * 8, sc);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          y[j][e] = fmaf((f[e] - mean) * rstd, 1.f + sc[e], sh[e]);
+          m = fmaxf(m, fabsf(y[j][e]));
+        }
+      }
+      amax[j] = group_max<16>(m);  // every lane takes part
+    }
+    float my_amax = amax[0];
+#pragma unroll
+    for (int j = 1; j < C; ++j)
+      if (lane16 == j) my_amax = amax[j];
+    const QuantParams qp = symmetric_params_dev(my_amax);
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      const float inv = __shfl_sync(0xffffffffu, qp.inv, half | j);
+      const int p = lane + 32 * (c0 + j);
+      if (valid(c0 + j)) *reinterpret_cast<uint2*>(qrow + p * 8) = quantize8_prmt(y[j], inv);
+    }
+    if (lane16 < C) {
+      const int pg = 32 * (c0 + lane16) + half;  // first pack of slot c0 + lane16's group in this half
+      if (kFull || pg < packs) a.scales[int64_t(pg >> 4) * a.ld_scales + r] = qp.scale;
+    }
+  }
+}
+
+// Launches the WarpRows kernel for the default's plan (VD packs x 32W
+// threads) where its raw row fits kWarpRowsMaxWords per lane and W <= 5;
+// Unsupported otherwise (the caller runs the one-row kernel).
+template <typename T, int VD>
+Status launch_token128_warp_rows(const LnArgs& a, int W, cudaStream_t s) {
+  constexpr int kWords = Pack8<T>::kWords;
+  const unsigned grid = unsigned((a.rows + kWarpRowsPerCta - 1) / kWarpRowsPerCta);
+  auto go = [&](auto wtag) -> Status {
+    constexpr int kW = decltype(wtag)::value;
+    if constexpr (VD * kW * kWords <= kWarpRowsMaxWords) {
+      if (a.dim == 256 * VD * kW)
+        ln_mod_quant_token128_warp_rows_kernel<T, VD, kW, true><<<grid, kWarpRowsCta, 0, s>>>(a);
+      else
+        ln_mod_quant_token128_warp_rows_kernel<T, VD, kW, false><<<grid, kWarpRowsCta, 0, s>>>(a);
+      return launch_status();
+    } else {
+      return Status::Unsupported;
+    }
+  };
+  switch (W) {
+    case 1: return go(std::integral_constant<int, 1>{});
+    case 2: return go(std::integral_constant<int, 2>{});
+    case 3: return go(std::integral_constant<int, 3>{});
+    case 4: return go(std::integral_constant<int, 4>{});
+    case 5: return go(std::integral_constant<int, 5>{});
+    default: return Status::Unsupported;
+  }
+}
+
 // Rows per CTA that LnQuantTokenRows::Auto means: TURBODIFF_LNQ_TOKEN_ROWS=1|2|4
 // (read per call, for A/B in benchmarks), else 1 (the one-row kernel);
-// kTeamRows stands for the WarpTeams kernel (TURBODIFF_LNQ_TOKEN_ROWS=teams).
+// kTeamRows stands for the WarpTeams kernel (TURBODIFF_LNQ_TOKEN_ROWS=teams),
+// kWarpRows for the WarpRows kernel (TURBODIFF_LNQ_TOKEN_ROWS=warps).
 constexpr int kTeamRows = -1;
+constexpr int kWarpRows = -2;
 int resolve_token_rows(LnQuantTokenRows v) {
   switch (v) {
     case LnQuantTokenRows::One: return 1;
     case LnQuantTokenRows::Two: return 2;
     case LnQuantTokenRows::Four: return 4;
     case LnQuantTokenRows::WarpTeams: return kTeamRows;
+    case LnQuantTokenRows::WarpRows: return kWarpRows;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
     if (std::strcmp(e, "2") == 0) return 2;
     if (std::strcmp(e, "4") == 0) return 4;
     if (std::strcmp(e, "teams") == 0) return kTeamRows;
+    if (std::strcmp(e, "warps") == 0) return kWarpRows;
   }
   return 1;
 }
@@ -922,6 +1137,18 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
       });
     }
   }  // wider rows: the one-row kernel below
+  if (R == kWarpRows) {
+    // The default's plan fixes the statistics' order (bit-identity); rows
+    // whose plan has more than 5 warps or whose raw row would not fit the
+    // registers (kWarpRowsMaxWords) run the one-row kernel below.
+    const Status st = dispatch_act_type(x_type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      return dispatch_packs(plan.packs_per_thread, [&](auto v) {
+        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, s);
+      });
+    });
+    if (st != Status::Unsupported) return st;
+  }
   return dispatch_act_type(x_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {

@@ -75,8 +75,17 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               order: codes may move by +-1 near ties, within the tests'
 //               bars). dim > 6144 (the parameters would exceed 48 KB of
 //               shared memory) runs One. Candidate for issue 3's bar.
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams if set, else One.
-enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams };
+//   WarpRows    a row per warp, 4 independent rows per 128-thread CTA (no
+//               barrier), the row in registers once (16-byte loads), the
+//               statistics summed in the default's exact order (per-"thread"
+//               partials of the default's plan, one shuffle tree each), one
+//               quantization-parameter division pair per lane per chunk of
+//               slots, PRMT code packing: bit-identical to One. Runs where
+//               the default's plan has <= 5 warps and the raw row fits 80
+//               registers per lane (16-bit dim <= 5120, fp32 <= 2560), else
+//               One. Candidate for issue 3's bar (layernorm_modulate_quant.cu).
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps if set, else One.
+enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams, WarpRows };
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
