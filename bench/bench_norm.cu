@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -123,6 +124,28 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
                                             rows, dim, eps, stream, td::kernels::AdaLnRows::Teams);
   });
+  // The Cta64 / Cta128 variants (the same kernels with 2 / 4 one-warp rows per
+  // CTA at 1536; as the default at 5120), same run. Predicted at 1536:
+  // layer_norm / rms_norm +1-3% of copy (36 warps per SM instead of 32),
+  // adaln_modulate unchanged (register-bound at ~20 warps); 5120 unchanged.
+  for (auto [k, suffix] : {std::pair{td::kernels::NormRowsKernel::Cta64, "_cta64"},
+                           std::pair{td::kernels::NormRowsKernel::Cta128, "_cta128"}}) {
+    const td::kernels::NormRowsKernel kk = k;
+    record((std::string("rms_norm") + suffix).c_str(), 4 * E, [&](int i) {
+      return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream, kk);
+    });
+    record((std::string("layer_norm") + suffix).c_str(), 4 * E, [&](int i) {
+      return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream, kk);
+    });
+  }
+  for (auto [k, suffix] : {std::pair{td::kernels::AdaLnRows::Cta64, "_cta64"},
+                           std::pair{td::kernels::AdaLnRows::Cta128, "_cta128"}}) {
+    const td::kernels::AdaLnRows kk = k;
+    record((std::string("adaln_modulate") + suffix).c_str(), 4 * E, [&](int i) {
+      return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
+                                              rows, dim, eps, stream, kk);
+    });
+  }
   // x += gate * y; out = LN(x) * (1 + scale) + shift (the FFN -> next block's norm1 step)
   auto rgn = [&](int i, bool f32_residual) {
     td::kernels::ResidualGateNormParams p;

@@ -295,6 +295,28 @@ TEST(RmsNormGpu, TeamsVariantMatchesCpu) {
   g_norm_kernel = NormRowsKernel::Rows;
 }
 
+// NormRowsKernel::Cta64 / Cta128 (the row engine with 2 / 4 one-warp rows
+// per CTA below 1024 / 2048 columns... i.e. rows of <= 32 threads): every type
+// and size (row counts not multiples of 2 or 4: warps past the last row),
+// with and without weight, in place, offsets, mixed types, Wan's shapes.
+TEST(RmsNormGpu, CtaVariantsMatchCpu) {
+  TD_REQUIRE_GPU();
+  for (NormRowsKernel k : {NormRowsKernel::Cta64, NormRowsKernel::Cta128}) {
+    g_norm_kernel = k;
+    for (ElemType t : kActTypes) {
+      for (int64_t rows : kRowCounts)
+        for (int64_t dim : kDims) check_rms(t, t, rows, dim, (rows + dim) % 2 == 0);
+      check_rms(t, t, 333, 1536, true, {.x_pad = 16, .in_place = true});
+      check_rms(t, t, 37, 1536, true, {.x_offset = 1});
+    }
+    for (ElemType xt : kActTypes)
+      for (ElemType yt : kActTypes) check_rms(xt, yt, 37, 1000, true, {.x_pad = 8, .y_pad = 24});
+    check_rms(ElemType::BF16, ElemType::BF16, 32760, 1536, true);
+    check_rms(ElemType::BF16, ElemType::BF16, 1031, 5120, true);
+  }
+  g_norm_kernel = NormRowsKernel::Rows;
+}
+
 // ---- layer_norm -----------------------------------------------------------------------
 
 TEST(LayerNormGpu, MatchesCpuEveryTypeAndSize) {
@@ -350,6 +372,29 @@ TEST(LayerNormGpu, TeamsVariantMatchesCpu) {
   check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
   check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
   check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});
+  g_norm_kernel = NormRowsKernel::Rows;
+}
+
+// NormRowsKernel::Cta64 / Cta128 for layer_norm: the cases above with every
+// weight / bias combination, odd row counts, in place, offsets, mixed types.
+TEST(LayerNormGpu, CtaVariantsMatchCpu) {
+  TD_REQUIRE_GPU();
+  for (NormRowsKernel k : {NormRowsKernel::Cta64, NormRowsKernel::Cta128}) {
+    g_norm_kernel = k;
+    for (ElemType t : kActTypes) {
+      for (int64_t rows : kRowCounts)
+        for (int64_t dim : kDims) {
+          const int v = int((rows + dim) % 3);
+          check_layer(t, t, rows, dim, {v >= 1, v >= 2});
+        }
+      check_layer(t, t, 333, 1536, {true, true}, {.in_place = true});
+      check_layer(t, t, 37, 1536, {true, true}, {.x_offset = 3});
+    }
+    for (ElemType xt : kActTypes)
+      for (ElemType yt : kActTypes) check_layer(xt, yt, 37, 96, {true, true}, {.x_pad = 8, .y_pad = 8});
+    check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
+    check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
+  }
   g_norm_kernel = NormRowsKernel::Rows;
 }
 
@@ -424,6 +469,29 @@ TEST(AdaLnModulateGpu, TeamsVariantMatchesCpu) {
   }
   check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
   check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
+  g_adaln_rows = AdaLnRows::One;
+}
+
+// AdaLnRows::Cta64 / Cta128 (One's kernel, 2 / 4 one-warp rows per CTA):
+// the same cases (samples changing between the rows of a CTA, odd row
+// counts, per-token modulation, in place, offsets, mixed types, Wan's shapes).
+TEST(AdaLnModulateGpu, CtaVariantsMatchCpu) {
+  TD_REQUIRE_GPU();
+  for (AdaLnRows k : {AdaLnRows::Cta64, AdaLnRows::Cta128}) {
+    g_adaln_rows = k;
+    for (ElemType t : kActTypes)
+      for (int64_t rows : kRowCounts)
+        for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
+    for (ElemType xt : kActTypes)
+      for (ElemType yt : kActTypes) check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});
+    for (ElemType t : kActTypes) {
+      check_adaln(t, t, 333, 5120, 111, {.in_place = true});
+      check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
+      check_adaln(t, t, 45, 1536, 2);
+    }
+    check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
+    check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
+  }
   g_adaln_rows = AdaLnRows::One;
 }
 

@@ -161,13 +161,15 @@ __global__ void __launch_bounds__(gpu::kMaxRowThreads) adaln_two_rows_kernel(con
 // default's gap is the per-CTA overhead and L1 parameter traffic, as the
 // profile suggests (issue 62%, DRAM 68% of peak, L1 hit 66%).
 
-// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|teams (read per
+// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|teams|cta64|cta128 (read per
 // call, for A/B in benchmarks), else the one-row default.
 AdaLnRows resolve_rows(AdaLnRows v) {
   if (v != AdaLnRows::Auto) return v;
   const char* e = std::getenv("TURBODIFF_ADALN_ROWS");
   if (e != nullptr && std::strcmp(e, "2") == 0) return AdaLnRows::Two;
   if (e != nullptr && std::strcmp(e, "teams") == 0) return AdaLnRows::Teams;
+  if (e != nullptr && std::strcmp(e, "cta64") == 0) return AdaLnRows::Cta64;
+  if (e != nullptr && std::strcmp(e, "cta128") == 0) return AdaLnRows::Cta128;
   return AdaLnRows::One;
 }
 
@@ -209,8 +211,10 @@ Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
   using namespace gpu;
   const bool vectorized = dim % 8 == 0 && x_stride % 8 == 0 && y_stride % 8 == 0 && mod_stride % 4 == 0 &&
                           aligned16(x) && aligned16(y) && aligned16(scale) && aligned16(shift);
+  const AdaLnRows variant = resolve_rows(rows_per_thread);
+  const int block_threads = variant == AdaLnRows::Cta64 ? 64 : variant == AdaLnRows::Cta128 ? 128 : kRowBlockThreads;
   RowPlan plan;
-  if (!plan_rows(dim, vectorized, &plan)) return Status::Unsupported;
+  if (!plan_rows(dim, vectorized, &plan, 8, block_threads)) return Status::Unsupported;
   NormRowsArgs a;
   a.x = x;
   a.x_stride = x_stride;
@@ -224,7 +228,6 @@ Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
   a.dim = int(dim);
   a.eps = eps;
   const auto cs = static_cast<cudaStream_t>(stream);
-  const AdaLnRows variant = resolve_rows(rows_per_thread);
   const bool two_rows = plan.chunk == 8 && variant == AdaLnRows::Two;
   if (variant == AdaLnRows::Teams && plan.chunk == 8 && x_type == y_type && dim <= kTeamMaxDim) {
     const RowPlan team = plan_team_rows(int(dim / 8), x_type == ElemType::F32);

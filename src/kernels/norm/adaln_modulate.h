@@ -33,8 +33,12 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
 //         summed in another order (an output may differ from One's by one
 //         ulp). Vector path, x and y of one type, dim <= 6144; otherwise One.
 //         Candidate for issue 3's bandwidth bar.
-//   Auto  TURBODIFF_ADALN_ROWS=2|teams if set, else One.
-enum class AdaLnRows { Auto, One, Two, Teams };
+//   Cta64 / Cta128  One's kernel with 64- / 128-thread CTAs: rows narrower
+//         than the CTA (1536: one warp per row) go 2 / 4 per CTA, each warp
+//         its own row, no CTA-wide barrier; wider rows as One. Bit-identical
+//         to One (norm_variant.h says why it might help).
+//   Auto  TURBODIFF_ADALN_ROWS=2|teams|cta64|cta128 if set, else One.
+enum class AdaLnRows { Auto, One, Two, Teams, Cta64, Cta128 };
 
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,

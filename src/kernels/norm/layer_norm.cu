@@ -40,8 +40,9 @@ Status layer_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
   using namespace gpu;
   const bool vectorized = dim % 8 == 0 && x_stride % 8 == 0 && y_stride % 8 == 0 && aligned16(x) &&
                           aligned16(y) && aligned16(weight) && aligned16(bias);
+  const NormRowsKernel variant = resolve_norm_rows_kernel(kernel);
   RowPlan plan;
-  if (!plan_rows(dim, vectorized, &plan)) return Status::Unsupported;
+  if (!plan_rows(dim, vectorized, &plan, 8, engine_block_threads(variant))) return Status::Unsupported;
   NormRowsArgs a;
   a.x = x;
   a.x_stride = x_stride;
@@ -53,7 +54,7 @@ Status layer_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
   a.dim = int(dim);
   a.eps = eps;
   const auto cs = static_cast<cudaStream_t>(stream);
-  if (resolve_norm_rows_kernel(kernel) == NormRowsKernel::Teams && plan.chunk == 8 && x_type == y_type &&
+  if (variant == NormRowsKernel::Teams && plan.chunk == 8 && x_type == y_type &&
       dim <= kTeamMaxDim) {
     const RowPlan team = plan_team_rows(int(dim / 8), x_type == ElemType::F32);
     if (team.vpt > 0) {

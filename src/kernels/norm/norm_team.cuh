@@ -30,12 +30,22 @@
 
 namespace td::kernels::gpu {
 
-// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=teams (read per call, for
-// A/B in benchmarks), else Rows.
+// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=teams|cta64|cta128 (read per
+// call, for A/B in benchmarks), else Rows.
 inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
   if (k != NormRowsKernel::Auto) return k;
   const char* e = std::getenv("TURBODIFF_NORM_KERNEL");
-  return e != nullptr && std::strcmp(e, "teams") == 0 ? NormRowsKernel::Teams : NormRowsKernel::Rows;
+  if (e == nullptr) return NormRowsKernel::Rows;
+  if (std::strcmp(e, "teams") == 0) return NormRowsKernel::Teams;
+  if (std::strcmp(e, "cta64") == 0) return NormRowsKernel::Cta64;
+  if (std::strcmp(e, "cta128") == 0) return NormRowsKernel::Cta128;
+  return NormRowsKernel::Rows;
+}
+
+// The row engine's CTA size for a resolved variant (Cta64 / Cta128: several
+// one-warp rows per CTA; everything else the engine's default).
+inline int engine_block_threads(NormRowsKernel k) {
+  return k == NormRowsKernel::Cta64 ? 64 : k == NormRowsKernel::Cta128 ? 128 : kRowBlockThreads;
 }
 
 // What the staged vectors hold.

@@ -7,11 +7,26 @@
 //          statistics by shuffles. Vector path, x and y of one type, dim <=
 //          6144; otherwise Rows. An output may differ from Rows' by one ulp
 //          of its type (statistics summed in another order).
-//   Auto   TURBODIFF_NORM_KERNEL=teams if set (read per call), else Rows.
+//   Cta64 / Cta128  the row engine's kernel with 64- / 128-thread CTAs:
+//          rows narrower than the CTA (1536: one warp per row) go 2 / 4 per
+//          CTA, each warp its own row (shuffle reductions, no CTA-wide
+//          barrier); wider rows run as Rows. Same arithmetic: bit-identical
+//          to Rows. (Why: one-warp CTAs hit the 32-CTA-per-SM limit, 32 warps
+//          per SM, while the registers (54 per thread at 1536 bf16, profile)
+//          would allow 36; a row finished frees less than a whole CTA, the
+//          reason 256-thread CTAs measured slower, so only 2 or 4 rows.)
+//          Predicted at 32760x1536 bf16 (profile run2: layer 54 registers,
+//          occupancy 46% of a 50% cap, issue 69%, DRAM 71%): 36 warps per SM
+//          instead of 32 and fewer CTA launches: +1-3% of copy (layer_norm
+//          84.6 -> 86-88%, rms_norm 87.7 -> 88-90%); adaln_modulate (96
+//          registers: 20-21 warps per SM whatever the CTA size) unchanged;
+//          5120 (160-thread rows) runs as Rows. Not enough for the 90% bar
+//          alone: the rest is instructions (23.6 per element, profile).
+//   Auto   TURBODIFF_NORM_KERNEL=teams|cta64|cta128 if set (read per call), else Rows.
 #pragma once
 
 namespace td::kernels {
 
-enum class NormRowsKernel { Auto, Rows, Teams };
+enum class NormRowsKernel { Auto, Rows, Teams, Cta64, Cta128 };
 
 }  // namespace td::kernels
