@@ -81,10 +81,12 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // the defaults are the measured-best ones):
 //   TURBODIFF_SAGE_SM90_DENSE = overlap (default) | plain | pingpong | fastcvt
 //     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean
-//     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong
+//     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong | lean_rowsum
+//     | lean_rowsum_lazy
 //     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
 //   TURBODIFF_SAGE_SM90_SPARSE = stages2 (default) | stages3 | stages3_fastcvt
 //     | stages3_fastcvt_poly | lean | lean_stages3 | lean_fastcvt
+//     | lean_stages3_rowsum | lean_stages3_rowsum_lazy
 //     (stages per consumer pipe)
 // pingpong: the two consumer warpgroups take turns on the tensor cores (named
 // barriers); fastcvt: INT32 scores to float by an integer add of 1.5·2^23's
@@ -93,7 +95,15 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // too) with the whole softmax and the P̃ pack before the wait for P̃·V (the
 // default's wait lands before the exp phase), K scales and LUT entries handed
 // over in shared memory by the producer, row max / row sum in split chains,
-// the epilogue's scales staged in shared memory, no spills.
+// the epilogue's scales staged in shared memory, no spills; _rowsum: lean
+// with the row sums Σ P̃ on the tensor cores (P̃·1, an m64n8k32 e4m3 wgmma per
+// k-step beside P̃·V, on a constant shared-memory tile of e4m3 1.0), folded
+// into l like O: the 64 FADD per tile of the softmax's row sums go away, and l
+// is the sum of the e4m3-rounded P̃ (sage_attention_cpu models it with
+// SageSimOptions::l_from_rounded_p, which the GPU tests set for the
+// variants named *_rowsum*); _lazy: and the second accumulation level
+// (O = O·α + O_tmp) only when a row maximum of the warpgroup moved, at most
+// every 4 tiles (P̃·V accumulating in the wgmma accumulator in between).
 enum class Sm90Dense {
   Overlap,
   Plain,
@@ -105,9 +115,21 @@ enum class Sm90Dense {
   Lean,
   LeanFastCvt,
   LeanFastCvtPoly,
-  LeanPingPong
+  LeanPingPong,
+  LeanRowSum,
+  LeanRowSumLazy
 };
-enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly, Lean, LeanStages3, LeanFastCvt };
+enum class Sm90Sparse {
+  Stages2,
+  Stages3,
+  Stages3FastCvt,
+  Stages3FastCvtPoly,
+  Lean,
+  LeanStages3,
+  LeanFastCvt,
+  LeanStages3RowSum,
+  LeanStages3RowSumLazy
+};
 // Defaults (H200, 2026-11-30, bench_attention / bench_sla, same process as
 // cuDNN; every variant passed the GPU tests first): dense lean 8.62 ms vs the
 // overlap schedule's 9.45 ms at 1x12x32760x128 (1.36x vs 1.24x cuDNN), 144.5
