@@ -34,6 +34,13 @@
 //     `sagesla_linear_prepare_staged`), `sagesla_fused_kv_sage_prepare` (the sage
 //     pre-pass without its statistics pass; compare with `sagesla_fused_prepare`),
 //     `sagesla_fused_kv_total` (everything in line on one stream).
+//   The Direct quantize kernel (SageQuantKernel::Direct / TD_SAGE_QUANT=direct):
+//     `sagesla_prepass_direct`, `sagesla_fused_prepare_direct`,
+//     `sagesla_fused_kv_sage_prepare_direct`, `sagesla_fused_kv_total_direct`
+//     beside the keys without `_direct` (those pin the Default kernel).
+//   The persistent linear apply (SlaLinearKernels::StagedPersist / TD_SLA_LINEAR=
+//     persist): `sagesla_linear_apply_persist` beside `sagesla_linear_apply_staged`;
+//     `sagesla_fused_kv_total_direct_persist`: the fused level-2 total with both.
 //   The Staged linear kernels (SlaLinearKernels::Staged): `linear_staged` beside
 //     `linear` (whole branch), `sagesla_linear_prepare_staged` /
 //     `sagesla_linear_apply_staged` beside `sagesla_linear_prepare` /
@@ -343,6 +350,13 @@ int main(int argc, char** argv) {
           });
           record("sagesla_linear_apply_staged",
                  [&](int) { td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream); });
+          // The persistent apply (SlaLinearKernels::StagedPersist, TD_SLA_LINEAR=persist; the same
+          // bits). Prediction (H200 ~3.5 TB/s; Q read, o read + written): 1x12x32760 302 MB ->
+          // ~0.09-0.10 ms (Staged 0.154); 1x40x75600 2.32 GB -> ~0.70-0.75 ms (Staged 1.048).
+          SlaProblem ppersist = pstaged;
+          ppersist.linear_kernels = td::kernels::SlaLinearKernels::StagedPersist;
+          record("sagesla_linear_apply_persist",
+                 [&](int) { td::kernels::sla_linear_apply_cuda(ppersist, q, o, lin_ws, lin_bytes, stream); });
           SlaProblem pt = pr;  // the Tiled score GEMM (+ radix top-k)
           pt.score_kernel = td::kernels::SlaScoreKernel::Tiled;
           record("sagesla_select_tiled",
@@ -359,7 +373,10 @@ int main(int argc, char** argv) {
             td::kernels::SagePoolSums sums;
             sums.q_sum64 = sums_buf;
             sums.k_sum64 = sums_buf + B * s.heads * nb * D;
-            const td::kernels::SagePoolSums no_sums;
+            // The base keys pin the Default quantize kernel (TD_SAGE_QUANT does not move them).
+            sums.quant_kernel = td::kernels::SageQuantKernel::Default;
+            td::kernels::SagePoolSums no_sums;
+            no_sums.quant_kernel = td::kernels::SageQuantKernel::Default;
             auto prepare = [&](const td::kernels::SagePoolSums& ps) {
               return td::kernels::sage_prepare_cuda(ap, q, k, v, &sp, be, ps, sage_ws, sage_bytes, stream);
             };
@@ -419,6 +436,42 @@ int main(int argc, char** argv) {
                 attend();
                 td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream);
               });
+            }
+            // The Direct quantize kernel (SageQuantKernel::Direct, TD_SAGE_QUANT=direct; the
+            // same bits) beside the Default: `sagesla_prepass_direct` (stats + quantize, no
+            // sums), `sagesla_fused_prepare_direct` (with the sums),
+            // `sagesla_fused_kv_sage_prepare_direct` (stats given: the quantize pass alone),
+            // `sagesla_fused_kv_total_direct`.
+            // Prediction (H200 ~3.5 TB/s; quantize pass = read Q, K, V + write INT8 Q, K,
+            // e4m3 Vᵀ): 1x12x32760: 453 MB -> ~0.14 ms (Default 0.281);
+            // 1x40x75600: 3.48 GB -> ~1.0-1.1 ms (Default 2.05); kv_total -1.0 ms there.
+            {
+              td::kernels::SagePoolSums no_sums_d = no_sums, sums_d = sums, sums_given_d = sums_given;
+              no_sums_d.quant_kernel = sums_d.quant_kernel = sums_given_d.quant_kernel =
+                  td::kernels::SageQuantKernel::Direct;
+              if (check(prepare(no_sums_d), "sagesla_prepass_direct"))
+                record("sagesla_prepass_direct", [&](int) { prepare(no_sums_d); });
+              if (check(prepare(sums_d), "sagesla_fused_prepare_direct"))
+                record("sagesla_fused_prepare_direct", [&](int) { prepare(sums_d); });
+              if (check(kv_prepare(), "sagesla_fused_kv_prepare") &&
+                  check(prepare(sums_given_d), "sagesla_fused_kv_sage_prepare_direct")) {
+                record("sagesla_fused_kv_sage_prepare_direct", [&](int) { prepare(sums_given_d); });
+                record("sagesla_fused_kv_total_direct", [&](int) {
+                  kv_prepare();
+                  prepare(sums_given_d);
+                  select();
+                  attend();
+                  td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream);
+                });
+                // Both variants: Direct quantize pass + persistent apply.
+                record("sagesla_fused_kv_total_direct_persist", [&](int) {
+                  kv_prepare();
+                  prepare(sums_given_d);
+                  select();
+                  attend();
+                  td::kernels::sla_linear_apply_cuda(ppersist, q, o, lin_ws, lin_bytes, stream);
+                });
+              }
             }
             cudaFree(sums_buf);
           }

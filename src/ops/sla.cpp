@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,7 +71,11 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   p.linear_kernels = options.linear_kernels;
   if (options.fused.value_or(false)) {
     if (p.score_kernel == kernels::SlaScoreKernel::Auto) p.score_kernel = kernels::SlaScoreKernel::Tiled;
-    if (p.linear_kernels == kernels::SlaLinearKernels::Auto) p.linear_kernels = kernels::SlaLinearKernels::Staged;
+    if (p.linear_kernels == kernels::SlaLinearKernels::Auto) {
+      const char* env = std::getenv("TD_SLA_LINEAR");
+      p.linear_kernels = env && std::strcmp(env, "persist") == 0 ? kernels::SlaLinearKernels::StagedPersist
+                                                                  : kernels::SlaLinearKernels::Staged;
+    }
   }
   return p;
 }

@@ -511,6 +511,75 @@ TEST(SlaGpu, LinearBranchStagedKernelsMatchTheReference) {
   }
 }
 
+// The persistent apply (SlaLinearKernels::StagedPersist / TD_SLA_LINEAR=persist):
+// against the CPU linear branch (identity proj_l onto a zero o: rel L2 <= 1e-2,
+// cosine >= 0.9999, NaN-poisoned workspace), bit for bit equal to the Staged
+// apply onto the same random o_s with a random proj_l, and bit for bit equal to
+// itself over two runs. Awkward lengths (5, 77, 1537, 4133, 20000), D 64 / 128,
+// every feature map, several heads and batches so the CTAs' tile ranges cross
+// heads (M reloaded mid-range) and cover fewer tiles than SMs.
+TEST(SlaGpu, LinearApplyPersistEqualsStagedBitForBit) {
+  TD_REQUIRE_GPU();
+  struct C {
+    int64_t B, L, H, D;
+    SlaFeatureMap fm;
+    bool bhld;
+  };
+  for (const C& c : {C{1, 1000, 2, 128, SlaFeatureMap::Softmax, false}, C{2, 1537, 2, 64, SlaFeatureMap::Elu, true},
+                     C{1, 77, 3, 128, SlaFeatureMap::Relu, false}, C{1, 20000, 3, 128, SlaFeatureMap::Softmax, true},
+                     C{1, 5, 1, 64, SlaFeatureMap::Softmax, false}, C{2, 4133, 3, 64, SlaFeatureMap::Softmax, false}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " fm " << int(c.fm));
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 128, 64, c.fm);
+    const SlaProblem ph = problem(in, in.qh, in.kh, in.vh, 0.1, 128, 64, c.fm);
+    std::vector<float> eye(size_t(c.D * c.D), 0.f);
+    for (int64_t i = 0; i < c.D; ++i) eye[size_t(i * c.D + i)] = 1.f;
+    const Tensor w = Tensor::from_f32({c.D, c.D}, eye).to(Device::cuda(0));
+    const Tensor bias = Tensor::zeros({c.D}, DType::F32, Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    test::poison(ws);
+    pd.linear_kernels = kernels::SlaLinearKernels::StagedPersist;
+    Tensor o = Tensor::zeros({c.B, c.L, c.H, c.D}, DType::BF16, Device::cuda(0));
+    ASSERT_EQ(kernels::sla_linear_add_cuda(pd, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                           bias.raw_data(), kernels::ElemType::F32, o.raw_data(), ws.raw_data(),
+                                           ws_bytes, cuda::current_stream()),
+              Status::Ok)
+        << kernels::sla_last_error();
+    Tensor ref = Tensor::empty({c.B, c.L, c.H, c.D}, DType::F32);
+    ASSERT_EQ(kernels::sla_linear_cpu(ph, in.qh.data<float>(), in.kh.data<float>(), in.vh.data<float>(),
+                                      ref.data<float>()),
+              Status::Ok);
+    const auto acc = test::compare(o, ref);
+    std::printf("linear persist L%lld D%lld fm %d: %s\n", (long long)c.L, (long long)c.D, int(c.fm), acc.str().c_str());
+    TD_EXPECT_CLOSE(acc, kMaxRelL2, 0.9999);
+    // Onto a random o_s with a random proj_l: Persist (twice) against Staged, bit for bit.
+    const Tensor wr = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor br = test::randn_tensor({c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor o0 = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16).to(Device::cuda(0));
+    SlaProblem pst = pd;
+    pst.linear_kernels = kernels::SlaLinearKernels::Staged;
+    ASSERT_EQ(kernels::sla_linear_prepare_cuda(pst, in.kd.raw_data(), in.vd.raw_data(), wr.raw_data(), br.raw_data(),
+                                               kernels::ElemType::F32, ws.raw_data(), ws_bytes, cuda::current_stream()),
+              Status::Ok)
+        << kernels::sla_last_error();
+    std::vector<std::vector<uint16_t>> outs;
+    for (const auto kind : {kernels::SlaLinearKernels::Staged, kernels::SlaLinearKernels::StagedPersist,
+                            kernels::SlaLinearKernels::StagedPersist}) {
+      SlaProblem pa = pd;
+      pa.linear_kernels = kind;
+      Tensor os = o0.clone();
+      ASSERT_EQ(kernels::sla_linear_apply_cuda(pa, in.qd.raw_data(), os.raw_data(), ws.raw_data(), ws_bytes,
+                                               cuda::current_stream()),
+                Status::Ok)
+          << kernels::sla_last_error();
+      outs.push_back(download<uint16_t>(os));
+    }
+    EXPECT_EQ(outs[0], outs[1]) << "Persist apply differs from Staged";
+    EXPECT_EQ(outs[1], outs[2]) << "two Persist runs differ";
+  }
+}
+
 // The linear branch in two halves (prepare: K/V; apply: Q and o) equals the
 // one-call branch bit for bit, including with the prepare half on a second
 // stream forked / joined with events (the overlapped SageSLA path).
@@ -789,6 +858,110 @@ TEST(SlaGpu, FusedSelectionFromSageSumsMatchesTheReference) {
         const Tensor h1 = o1.to(Device::cpu()), h2 = o2.to(Device::cpu());
         EXPECT_EQ(std::memcmp(h1.raw_data(), h2.raw_data(), size_t(h1.numel()) * 2), 0)
             << (sparse ? "sparse" : "dense") << ": prepare + attend differs from sage_attention_cuda";
+      }
+    }
+  }
+}
+
+// The quantize pass's Direct kernel (SageQuantKernel::Direct / TD_SAGE_QUANT=
+// direct, sage_prepass.h) against the Default kernel: the whole workspace
+// (INT8 Q / K with their scales, q·km, the FP16 V or the permuted e4m3 Vᵀ, the
+// padding rows, the statistics) and the block sums equal byte for byte, from
+// identically poisoned buffers (so a byte one kernel leaves unwritten and the
+// other writes shows up); two Direct runs equal each other (determinism); and
+// attend on the Direct workspace equals sage_attention_cuda bit for bit (whose
+// quantization SageAttentionGpu* check against sage_attention_cpu). Awkward
+// lengths (77, 1000, 2113: partial 64-row blocks and 128 padding), D 64 / 128,
+// BHLD / BLHD, with and without the sums, for the sm_90a layout (Vᵀ, e4m3) and
+// the portable one (FP16 V).
+TEST(SlaGpu, SageQuantDirectEqualsDefaultBitForBit) {
+  TD_REQUIRE_GPU();
+  struct Case {
+    int64_t B, L, H, D;
+    bool bhld;
+  };
+  for (const Case& c : {Case{1, 2113, 3, 128, true}, Case{2, 1000, 2, 64, false}, Case{1, 77, 3, 128, false},
+                        Case{1, 77, 2, 64, true}, Case{1, 32760, 1, 128, false}}) {
+    for (const auto be : {kernels::SageBackend::Sm90, kernels::SageBackend::Portable}) {
+      const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+      const SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.2, 64, 128);
+      const int64_t QB = pd.query_blocks(), KB = pd.key_blocks(), rows = c.B * c.H * QB;
+      const int64_t n_sel = kernels::sla_selected_blocks(0.2, KB);
+      kernels::AttnProblem ap;
+      ap.batch = c.B;
+      ap.heads = c.H;
+      ap.len_q = ap.len_kv = c.L;
+      ap.head_dim = c.D;
+      ap.q = pd.q;
+      ap.k = pd.k;
+      ap.v = pd.v;
+      ap.o = pd.o;
+      ap.scale = pd.scale;
+      ap.qkv_type = ap.o_type = kernels::ElemType::BF16;
+      // Any in-range LUT: every query block attends to key blocks 0..n_sel-1.
+      Tensor lut_h = Tensor::empty({rows, n_sel}, DType::I32);
+      for (int64_t i = 0; i < rows * n_sel; ++i) lut_h.data<int32_t>()[i] = int32_t(i % n_sel);
+      const Tensor lut = lut_h.to(Device::cuda(0));
+      kernels::SageSparse sp;
+      sp.lut = lut.data<int32_t>();
+      sp.n_sel = n_sel;
+      sp.block_q = 64;
+      sp.block_k = 128;
+      const kernels::SageSparse* spp = be == kernels::SageBackend::Sm90 ? &sp : nullptr;
+      if (kernels::sage_attention_supports(ap, spp, be) != Status::Ok) {
+        std::printf("skip %s: %s\n", be == kernels::SageBackend::Sm90 ? "sm90" : "portable",
+                    kernels::attention_last_error());
+        continue;
+      }
+      const size_t ws_bytes = kernels::sage_attention_workspace_size(ap, be);
+      const int64_t nb = kernels::sage_sum64_blocks(c.L);
+      void* st = cuda::current_stream();
+      for (const bool with_sums : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D
+                                        << (c.bhld ? " BHLD" : " BLHD")
+                                        << (be == kernels::SageBackend::Sm90 ? " sm90" : " portable")
+                                        << (with_sums ? " with sums" : " no sums"));
+        std::vector<std::vector<uint8_t>> ws_out, sums_out;
+        const kernels::SageQuantKernel kinds[] = {kernels::SageQuantKernel::Default, kernels::SageQuantKernel::Direct,
+                                                  kernels::SageQuantKernel::Direct};
+        for (const auto kind : kinds) {
+          Tensor ws = device_buffer({int64_t(ws_bytes)}, DType::U8);
+          Tensor sums = device_buffer({2, c.B * c.H, nb, c.D}, DType::F32);
+          kernels::SagePoolSums ps;
+          if (with_sums) {
+            ps.q_sum64 = sums.data<float>();
+            ps.k_sum64 = sums.data<float>() + c.B * c.H * nb * c.D;
+          }
+          ps.quant_kernel = kind;
+          ASSERT_EQ(kernels::sage_prepare_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), spp, be, ps,
+                                               ws.raw_data(), ws_bytes, st),
+                    Status::Ok)
+              << kernels::attention_last_error();
+          ws_out.push_back(download<uint8_t>(ws));
+          const Tensor sh = sums.to(Device::cpu());
+          const auto* sb = static_cast<const uint8_t*>(sh.raw_data());
+          sums_out.emplace_back(sb, sb + sh.nbytes());
+          if (ws_out.size() == 2) {
+            // attend on the Direct workspace == sage_attention_cuda.
+            Tensor o1 = device_buffer({c.B, c.L, c.H, c.D}, DType::BF16), o2 = device_buffer({c.B, c.L, c.H, c.D}, DType::BF16);
+            ASSERT_EQ(kernels::sage_attend_cuda(ap, o1.raw_data(), nullptr, spp, be, ws.raw_data(), ws_bytes, st),
+                      Status::Ok)
+                << kernels::attention_last_error();
+            Tensor ws2 = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+            ASSERT_EQ(kernels::sage_attention_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(),
+                                                   o2.raw_data(), nullptr, spp, be, ws2.raw_data(), ws_bytes, st),
+                      Status::Ok)
+                << kernels::attention_last_error();
+            EXPECT_EQ(download<uint16_t>(o1), download<uint16_t>(o2)) << "attend on the Direct workspace differs";
+          }
+        }
+        for (size_t r = 1; r < ws_out.size(); ++r) {
+          size_t first = 0;
+          while (first < ws_out[0].size() && ws_out[0][first] == ws_out[r][first]) ++first;
+          EXPECT_EQ(first, ws_out[0].size()) << "run " << r << ": workspace differs from the Default kernel's from byte "
+                                             << first << " of " << ws_out[0].size();
+          EXPECT_EQ(sums_out[0], sums_out[r]) << "run " << r << ": block sums differ";
+        }
       }
     }
   }

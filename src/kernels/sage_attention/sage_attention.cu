@@ -30,6 +30,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/sage_attention/sage_attention.h"
@@ -304,6 +306,215 @@ __global__ void __launch_bounds__(kPrepThreads) quant_kernel(const PrepParams p,
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           o2[i] = __floats2half2_rn(__bfloat162float(e[2 * i]) * sc[2 * i], __bfloat162float(e[2 * i + 1]) * sc[2 * i + 1]);
+      }
+      *reinterpret_cast<uint4*>(p.v16 + (bh * p.lk_pad + t) * D + chunk * 8) = out;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Quantize pass, Direct variant (SageQuantKernel::Direct, sage_prepass.h): the
+// same outputs bit for bit as quant_kernel, with the byte traffic as the only
+// limit. Why the default is ~2x its floor (2.05 ms against ~1.0 at
+// 1x40x75600x128 on the H200):
+//  - Q: each row's 16-byte load sits behind the previous row's INT8 store
+//    (plain pointers may alias), so a thread has one load in flight;
+//  - Vᵀ: single-byte shared stores at s_vt[chunk·8 + i][pos]: the 16 channel
+//    chunks of a warp map to one bank (row stride 64 B, chunk stride 512 B),
+//    16-way conflicts on 8192 byte stores per CTA (~4k shared cycles per V CTA,
+//    ~0.7 ms of shared-pipe time over the 47k V CTAs at 75600);
+//  - K keeps 64 fp32 per thread across the CTA's amax barrier: ~100 registers,
+//    ~4-5 CTAs per SM for the whole grid (every branch shares the kernel's count).
+// Here every row of the thread is loaded first with ld.global.nc (8 x 16 B in
+// flight), K is kept as raw bf16 (32 registers) and smoothed again for the
+// stores (the same fp32 subtraction: the same bits), and Vᵀ needs no shared
+// memory: a thread owns 8 channels x one 8-byte run of the permuted key order
+// (keys h·16 + s·4 + {0..3} and h·16 + 8 + s·4 + {0..3}, bytes in order
+// 0,1,4,5,2,3,6,7 of those: v_fp8_position), converts pairs with
+// cvt.e4m3x2 and stores 8 bytes per channel; a warp's store covers 4 channels x
+// 64 contiguous bytes, full sectors.
+// Prediction (H200, ~3.5 TB/s): 1x40x75600x128 reads Q, K, V 2.32 GB, writes
+// INT8 Q, K, e4m3 Vᵀ 1.16 GB (+ 2 x 39 MB sums, scales): ~1.0-1.1 ms (was 2.05);
+// 1x12x32760x128: 302 + 151 MB -> ~0.13-0.15 ms (was 0.28).
+__device__ __forceinline__ uint4 ld_stream16(const void* ptr) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(ptr));
+  return r;
+}
+
+__device__ __forceinline__ float bf16_at(const uint4& r, int i) {
+  const uint32_t w = i < 2 ? r.x : i < 4 ? r.y : i < 6 ? r.z : r.w;
+  return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+}
+
+template <int D, bool kPool = false>
+__global__ void __launch_bounds__(kPrepThreads, 5) quant_direct_kernel(const PrepParams p, const PoolOut pool) {
+  constexpr int kC = D / 8;
+  constexpr int kRows = kPrepThreads / kC;
+  constexpr int kPerThread = 64 / kRows;
+  const int tid = threadIdx.x, chunk = tid % kC, rsub = tid / kC;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const int nq = p.lq_pad / 64, nk = p.lk_pad / 64;
+  int blk = blockIdx.x;
+
+  if (blk < nq) {
+    const __nv_bfloat16* qg = p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + chunk * 8;
+    uint4 raw[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      raw[j] = t < p.len_q ? ld_stream16(qg + int64_t(t) * p.qs.token) : make_uint4(0, 0, 0, 0);
+    }
+    const float* km = p.km + bh * D + chunk * 8;
+    float kmv[8], qsum[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) kmv[i] = km[i], qsum[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      // A padded row loads zeros: x 0, amax 0, dot +0, as the default's branch.
+      float x[8];
+      float amax = 0.f, dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[i] = bf16_at(raw[j], i);
+        amax = fmaxf(amax, fabsf(x[i]));
+        dot = fmaf(x[i], kmv[i], dot);
+      }
+      if constexpr (kPool) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) qsum[i] += x[i];
+      }
+#pragma unroll
+      for (int off = 1; off < kC; off <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      }
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      uint2 w;
+      w.x = pack_i8x4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+      w.y = pack_i8x4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+      *reinterpret_cast<uint2*>(p.qi8 + (bh * p.lq_pad + t) * D + chunk * 8) = w;
+      if (chunk == 0) {
+        p.qscale[bh * p.lq_pad + t] = (amax / 127.f) * p.scale_log2;
+        p.qkm[bh * p.lq_pad + t] = dot * p.scale;
+      }
+    }
+    if constexpr (kPool) store_block_sum<D, kRows>(qsum, chunk, rsub, pool.q_sum64 + (bh * nq + blk) * D);
+    return;
+  }
+  blk -= nq;
+  if (blk < nk) {
+    __shared__ float s_red[kPrepThreads / 32];
+    const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head + chunk * 8;
+    uint4 raw[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      raw[j] = t < p.len_kv ? ld_stream16(kg + int64_t(t) * p.ks.token) : make_uint4(0, 0, 0, 0);
+    }
+    const float* km = p.km + bh * D + chunk * 8;
+    float kmv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) kmv[i] = km[i];
+    // Smoothed key j, channel i; padded keys are 0 (not -km), as the default.
+    auto xk = [&](int j, int i) {
+      return blk * 64 + j * kRows + rsub < p.len_kv ? bf16_at(raw[j], i) - kmv[i] : 0.f;
+    };
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(xk(j, i)));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (tid % 32 == 0) s_red[tid / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kPrepThreads / 32; ++w) amax = fmaxf(amax, s_red[w]);
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    // Opaque to the compiler: it would otherwise keep the 64 smoothed floats of
+    // the first pass alive across the barrier (common subexpressions) instead
+    // of recomputing them from the 32 raw registers.
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+      asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      uint2 w;
+      w.x = pack_i8x4(xk(j, 0) * inv, xk(j, 1) * inv, xk(j, 2) * inv, xk(j, 3) * inv);
+      w.y = pack_i8x4(xk(j, 4) * inv, xk(j, 5) * inv, xk(j, 6) * inv, xk(j, 7) * inv);
+      *reinterpret_cast<uint2*>(p.ki8 + (bh * p.lk_pad + t) * D + chunk * 8) = w;
+    }
+    if (tid == 0) p.kscale[bh * (p.lk_pad / 64) + blk] = amax / 127.f;
+    if constexpr (kPool) {
+      float ksum[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        ksum[i] = xk(0, i);
+#pragma unroll
+        for (int j = 1; j < kPerThread; ++j) ksum[i] += xk(j, i);
+      }
+      store_block_sum<D, kRows>(ksum, chunk, rsub, pool.k_sum64 + (bh * nk + blk) * D);
+    }
+    return;
+  }
+  blk -= nk;
+  const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
+  if (p.v_fp8) {
+    // kC chunks x 8 runs of 8 permuted keys per 64-key block (D 64: half the threads idle).
+    for (int task = tid; task < kC * 8; task += kPrepThreads) {
+      const int ck = task / 8, half = (task % 8) / 2, sub = task % 2;
+      uint4 raw[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int t = blk * 64 + half * 16 + (u / 4) * 8 + sub * 4 + u % 4;
+        raw[u] = t < p.len_kv ? ld_stream16(vg + int64_t(t) * p.vs.token + ck * 8) : make_uint4(0, 0, 0, 0);
+      }
+      const float* vinv = p.vinv + bh * D + ck * 8;
+      uint8_t* out = p.v8 + (bh * D + ck * 8) * p.lk_pad + blk * 64 + half * 16 + sub * 8;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float sc = vinv[i];
+        float x[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) x[u] = bf16_at(raw[u], i) * sc;
+        uint2 w;
+        w.x = e4m3x2(x[0], x[1]) | (e4m3x2(x[4], x[5]) << 16);
+        w.y = e4m3x2(x[2], x[3]) | (e4m3x2(x[6], x[7]) << 16);
+        *reinterpret_cast<uint2*>(out + int64_t(i) * p.lk_pad) = w;
+      }
+    }
+    return;
+  }
+  {
+    const float* vinv = p.vinv + bh * D + chunk * 8;
+    uint4 raw[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      raw[j] = t < p.len_kv ? ld_stream16(vg + int64_t(t) * p.vs.token + chunk * 8) : make_uint4(0, 0, 0, 0);
+    }
+    float sc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sc[i] = vinv[i];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int t = blk * 64 + j * kRows + rsub;
+      uint4 out = make_uint4(0, 0, 0, 0);
+      if (t < p.len_kv) {
+        __half2* o2 = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o2[i] = __floats2half2_rn(bf16_at(raw[j], 2 * i) * sc[2 * i], bf16_at(raw[j], 2 * i + 1) * sc[2 * i + 1]);
       }
       *reinterpret_cast<uint4*>(p.v16 + (bh * p.lk_pad + t) * D + chunk * 8) = out;
     }
@@ -724,13 +935,23 @@ Status run_stats(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream
 }
 
 
-// The quantize launch, with the block sums when pool has any pointer.
-static Status run_quant_pool(const PrepParams& pp, const AttnProblem& p, const PoolOut& pool, cudaStream_t stream) {
+// The quantize launch, with the block sums when pool has any pointer;
+// `direct`: quant_direct_kernel (the same bits).
+static Status run_quant_pool(const PrepParams& pp, const AttnProblem& p, const PoolOut& pool, cudaStream_t stream,
+                             bool direct = false) {
   const dim3 grid(unsigned(pp.lq_pad / 64 + 2 * (pp.lk_pad / 64)), unsigned(p.heads), unsigned(p.batch));
   const bool with_sums = pool.q_sum64 || pool.k_sum64;
   if (with_sums && (!pool.q_sum64 || !pool.k_sum64))
     return detail::attn_fail(Status::InvalidArgument, "sage_prepare_cuda: give both block sum arrays or neither");
-  if (p.head_dim == 64) {
+  if (direct) {
+    if (p.head_dim == 64) {
+      if (with_sums) quant_direct_kernel<64, true><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+      else quant_direct_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+    } else {
+      if (with_sums) quant_direct_kernel<128, true><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+      else quant_direct_kernel<128><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
+    }
+  } else if (p.head_dim == 64) {
     if (with_sums) quant_kernel<64, true><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
     else quant_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
   } else {
@@ -924,7 +1145,12 @@ Status sage_prepare_cuda(const AttnProblem& p, const void* q, const void* k, con
   sage::PoolOut pool;
   pool.q_sum64 = sums.q_sum64;
   pool.k_sum64 = sums.k_sum64;
-  return sage::run_quant_pool(pp, p, pool, st);
+  SageQuantKernel qk = sums.quant_kernel;
+  if (qk == SageQuantKernel::Auto) {
+    const char* env = std::getenv("TD_SAGE_QUANT");
+    qk = env && std::strcmp(env, "direct") == 0 ? SageQuantKernel::Direct : SageQuantKernel::Default;
+  }
+  return sage::run_quant_pool(pp, p, pool, st, qk == SageQuantKernel::Direct);
 }
 
 SageStatsSlots sage_stats_slots(const AttnProblem& p, SageBackend backend, void* workspace) {

@@ -23,6 +23,19 @@ namespace td::kernels {
 //   q_sum64 [B·H, sage_sum64_blocks(len_q), D]:  Σ q over each 64-row block (rows past len_q count 0);
 //   k_sum64 [B·H, sage_sum64_blocks(len_kv), D]: Σ (k - km) over each 64-key block (keys past len_kv count 0),
 //   km the K mean the pass smooths K with; each sum in a fixed order (deterministic).
+// The quantize pass's kernel (the same bits either way; GPU test
+// SlaGpu.SageQuantDirectEqualsDefaultBitForBit, bench_sla `*_direct` keys):
+//   Default: the first kernel (64 rows per CTA; Q rows loaded one at a time
+//     behind the previous row's INT8 store, Vᵀ by single-byte shared stores
+//     that hit one bank for all 16 channel chunks of a warp: 16-way conflicts);
+//   Direct: every row of the thread loaded first through the read-only path
+//     (8 x 16 B in flight per thread), K kept as raw bf16 and re-smoothed for
+//     the stores (half the registers: 8 CTAs per SM), Vᵀ without shared memory
+//     (each thread owns 8 channels x the 8 keys of one 8-byte run of the
+//     permuted order and stores them directly: full 32-byte sectors).
+//   Auto: TD_SAGE_QUANT=direct|default, else Default.
+enum class SageQuantKernel { Auto, Default, Direct };
+
 struct SagePoolSums {
   float* q_sum64 = nullptr;
   float* k_sum64 = nullptr;
@@ -30,6 +43,7 @@ struct SagePoolSums {
   // sage_stats_slots, e.g. by the SLA linear branch's K/V pass): skip the
   // statistics pass (which reads K and V once more).
   bool stats_given = false;
+  SageQuantKernel quant_kernel = SageQuantKernel::Auto;
 };
 
 // Where the workspace keeps the statistics the quantize pass reads ([B·H, D]

@@ -77,7 +77,11 @@ enum class SlaScoreKernel { Auto, Simple, Tiled };
 // stores 16-byte rows. Same formulas; φ's row sums in another order, so the bits
 // may differ from Warp's in the last place. Auto: Staged (measured faster),
 // Warp when the environment has TD_SLA_LINEAR=warp or TD_SLA_FUSED=0.
-enum class SlaLinearKernels { Auto, Warp, Staged };
+// StagedPersist: Staged's K/V half; the Q half by a persistent kernel (one CTA
+// per SM walking a range of 128-row tiles, M loaded once per head, Q and o of
+// the next tile in flight while one computes; the same bits as Staged).
+// TD_SLA_LINEAR=persist picks it under Auto (and in ops::sla's fused path).
+enum class SlaLinearKernels { Auto, Warp, Staged, StagedPersist };
 
 struct SlaProblem {
   int64_t batch = 0, heads = 0, len = 0, head_dim = 0;

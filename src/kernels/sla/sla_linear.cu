@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -574,6 +575,180 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
   }
 }
 
+// The persistent variant of linear_apply (SlaLinearKernels::StagedPersist; the
+// K/V half is Staged's). Why: the Staged apply runs 2 CTAs of 8 warps per SM
+// (96 KB of shared memory each), and each CTA loads Q, M and o, waits, computes,
+// stores, exits: an SM's memory pipe idles during φ / mma / the epilogue except
+// for what the other CTA has in flight (24% occupancy, short-scoreboard-bound,
+// 1.88 TB/s measured at 1x12x32760), and M (32 KB) is fetched again by every CTA
+// (23640 CTAs x 32 KB = 775 MB of L2 reads at 1x40x75600). Here one CTA per SM
+// walks a contiguous range of 128-row tiles (flat over (b, h, tile): M, Σ φ(K)
+// and the bias are loaded once per head in the range), with Q and o of tile i+1
+// in flight (cp.async, second stage) while tile i computes. The per-tile work is
+// Staged's, operation for operation: the same bits (GPU test
+// SlaGpu.LinearApplyPersistEqualsStagedBitForBit).
+// Shared memory (D 128): M 32 KB + 2 x (Q 32 KB + o 32 KB) + 1.5 KB = 161.5 KB.
+// Predicted (H200 ~3.5 TB/s; Q read, o read + written): 1x12x32760: 302 MB ->
+// ~0.09-0.10 ms (Staged 0.154); 1x40x75600: 2.32 GB -> ~0.70-0.75 ms (Staged 1.048).
+template <int D>
+struct PersistApplyTraits {
+  static constexpr int kQBytes = kApplyRows * D * 2;
+  static constexpr int kMBytes = D * D * 2;
+  static constexpr int kOBytes = kApplyRows * D * 2;
+  static constexpr int kStageBytes = kQBytes + kOBytes;
+  static constexpr int kSmemBytes = kMBytes + 2 * kStageBytes + 2 * D * 4 + kApplyRows * 4;
+};
+
+template <int D, int FM>
+__global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(const LinParams p, int64_t tiles_per_bh,
+                                                                                int64_t total_tiles) {
+  using T = PersistApplyTraits<D>;
+  constexpr int kChunks = D / 8, kPer = D / 8, kLaneChunks = kPer / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sm = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t stage0 = sm + T::kMBytes;
+  float* ksum_s = reinterpret_cast<float*>(smem + T::kMBytes + 2 * T::kStageBytes);
+  float* bias_s = ksum_s + D;
+  float* den_s = bias_s + D;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t t_begin = int64_t(blockIdx.x) * total_tiles / gridDim.x;
+  const int64_t t_end = int64_t(blockIdx.x + 1) * total_tiles / gridDim.x;
+
+  // Q and o of flat tile `flat` into stage s (one commit group).
+  auto issue = [&](int64_t flat, int s) {
+    const int64_t bh = flat / tiles_per_bh;
+    const int b = int(bh / p.heads), h = int(bh % p.heads), q0 = int(flat % tiles_per_bh) * kApplyRows;
+    const uint32_t sq = stage0 + uint32_t(s) * T::kStageBytes;
+    load_tile<D, kApplyRows, kApplyThreads>(
+        sq, p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + int64_t(q0) * p.qs.token, p.qs.token, p.len - q0,
+        tid);
+    load_tile<D, kApplyRows, kApplyThreads>(
+        sq + T::kQBytes, p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head + int64_t(q0) * p.os.token,
+        p.os.token, p.len - q0, tid);
+  };
+  if (t_begin < t_end) issue(t_begin, 0);
+  cp_async_commit();
+  int64_t cur_bh = -1;
+  for (int64_t flat = t_begin; flat < t_end; ++flat) {
+    const int s = int((flat - t_begin) & 1);
+    const int64_t bh = flat / tiles_per_bh;
+    const int b = int(bh / p.heads), h = int(bh % p.heads), q0 = int(flat % tiles_per_bh) * kApplyRows;
+    const int valid = p.len - q0;
+    if (bh != cur_bh) {  // a new head: its M, Σ φ(K), bias (the last barrier freed them)
+      load_tile<D, D, kApplyThreads>(sm, p.ws.m + bh * D * D, D, D, tid);
+      for (int c = tid; c < D; c += kApplyThreads) {
+        ksum_s[c] = p.ws.ksum[bh * D + c];
+        bias_s[c] = p.ws.bias[c];
+      }
+      cur_bh = bh;
+    }
+    cp_async_commit();
+    if (flat + 1 < t_end) issue(flat + 1, s ^ 1);  // the stage tile i-1 used, freed by the last barrier
+    cp_async_commit();
+    cp_async_wait<1>();  // tile i's Q and o (and M) landed
+    __syncthreads();
+    const uint32_t sq = stage0 + uint32_t(s) * T::kStageBytes, so = sq + T::kQBytes;
+    __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head + int64_t(q0) * p.os.token;
+
+    // From here to the store: linear_apply_staged_kernel's tile, unchanged.
+    const int g = lane / 8, sub = lane % 8;
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      const int r = warp * 16 + step * 4 + g;
+      float x[kPer];
+#pragma unroll
+      for (int u = 0; u < kLaneChunks; ++u) {
+        uint4 w;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                     : "r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)));
+        const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          x[u * 8 + 2 * i] = __low2float(v[i]);
+          x[u * 8 + 2 * i + 1] = __high2float(v[i]);
+        }
+      }
+      feature_map8<kPer, FM>(x);
+      float d = 0.f;
+#pragma unroll
+      for (int u = 0; u < kLaneChunks; ++u) {
+        uint4 w;
+        uint32_t* wp = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
+          wp[i] = *reinterpret_cast<const uint32_t*>(&v);
+          const int c = (sub * kLaneChunks + u) * 8 + 2 * i;
+          d = fmaf(__low2float(v), ksum_s[c], d);
+          d = fmaf(__high2float(v), ksum_s[c + 1], d);
+        }
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)),
+                     "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
+                     : "memory");
+      }
+#pragma unroll
+      for (int off = 1; off < 8; off <<= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+      if (sub == 0) den_s[r] = d + 1e-5f;
+    }
+    __syncwarp();
+
+    float acc[D / 8][4];
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[4];
+      {
+        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(a, sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
+      }
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        uint32_t mb[4];
+        ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
+        mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
+        mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
+      }
+    }
+
+    const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
+    const float inv0 = 1.f / den_s[r0], inv1 = 1.f / den_s[r1];
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) {
+      const int col = t * 8 + (lane & 3) * 2;
+      const uint32_t cb = uint32_t((lane & 3) * 4);
+      const uint32_t a0 = so + swizzle<kChunks>(r0, t) + cb, a1 = so + swizzle<kChunks>(r1, t) + cb;
+      uint32_t w0, w1;
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(a0));
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(a1));
+      const float2 o0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w0));
+      const float2 o1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w1));
+      const __nv_bfloat162 n0 = __floats2bfloat162_rn(o0.x + fmaf(acc[t][0], inv0, bias_s[col]),
+                                                      o0.y + fmaf(acc[t][1], inv0, bias_s[col + 1]));
+      const __nv_bfloat162 n1 = __floats2bfloat162_rn(o1.x + fmaf(acc[t][2], inv1, bias_s[col]),
+                                                      o1.y + fmaf(acc[t][3], inv1, bias_s[col + 1]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(*reinterpret_cast<const uint32_t*>(&n0)) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a1), "r"(*reinterpret_cast<const uint32_t*>(&n1)) : "memory");
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+      const int idx = i * 32 + lane, rr = idx / kChunks, chunk = idx % kChunks;
+      const int row = warp * 16 + rr;
+      if (row < valid) {
+        uint4 w;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                     : "r"(so + swizzle<kChunks>(row, chunk)));
+        *reinterpret_cast<uint4*>(og + int64_t(row) * p.os.token + chunk * 8) = w;
+      }
+    }
+    __syncthreads();  // stage s, den_s (and M, if the next tile changes head) free again
+  }
+}
+
 // The Staged variant of kv_partial (SlaLinearKernels::Staged): the same
 // chunks, the same mma part and outputs; what changes:
 //   - three K/V stages instead of two (tile j+2 loads while j is used: 96 KB of
@@ -785,12 +960,20 @@ constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; l
 // GPU tests passed). TD_SLA_LINEAR=warp or TD_SLA_FUSED=0 (the earlier
 // pipeline) picks Warp.
 bool use_staged_linear(const SlaProblem& p) {
-  if (p.linear_kernels != SlaLinearKernels::Auto) return p.linear_kernels == SlaLinearKernels::Staged;
+  if (p.linear_kernels != SlaLinearKernels::Auto)
+    return p.linear_kernels == SlaLinearKernels::Staged || p.linear_kernels == SlaLinearKernels::StagedPersist;
   const char* apply = std::getenv("TD_SLA_LINEAR");
-  if (apply && std::strcmp(apply, "staged") == 0) return true;
+  if (apply && (std::strcmp(apply, "staged") == 0 || std::strcmp(apply, "persist") == 0)) return true;
   if (apply && std::strcmp(apply, "warp") == 0) return false;
   const char* fused = std::getenv("TD_SLA_FUSED");
   return !(fused && std::strcmp(fused, "0") == 0);
+}
+
+// The persistent apply (StagedPersist, or Auto with TD_SLA_LINEAR=persist).
+bool use_persist_apply(const SlaProblem& p) {
+  if (p.linear_kernels != SlaLinearKernels::Auto) return p.linear_kernels == SlaLinearKernels::StagedPersist;
+  const char* apply = std::getenv("TD_SLA_LINEAR");
+  return apply && std::strcmp(apply, "persist") == 0;
 }
 
 template <int D, int FM>
@@ -830,6 +1013,22 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
   }
   if (!(phases & kPhaseApply)) return Status::Ok;
+  if (use_persist_apply(sp)) {
+    auto kernel = linear_apply_persist_kernel<D, FM>;
+    constexpr int smem = PersistApplyTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const int64_t tiles_per_bh = (sp.len + kApplyRows - 1) / kApplyRows;
+    const int64_t total = tiles_per_bh * sp.batch * sp.heads;
+    // One CTA per SM (each tile's bits do not depend on which CTA runs it).
+    const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(total, sms > 0 ? sms : 1)));
+    kernel<<<grid, kApplyThreads, smem, st>>>(p, tiles_per_bh, total);
+    return launch_error("linear_apply_persist");
+  }
   if (use_staged_linear(sp)) {
     auto kernel = linear_apply_staged_kernel<D, FM>;
     constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
