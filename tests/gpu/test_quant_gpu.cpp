@@ -419,6 +419,8 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                                                   : token_rows == LnQuantTokenRows::Four      ? " 4 rows/CTA"
                                                   : token_rows == LnQuantTokenRows::WarpTeams ? " warp teams"
                                                   : token_rows == LnQuantTokenRows::WarpRows  ? " warp rows"
+                                                  : token_rows == LnQuantTokenRows::WarpRowsPrefetch
+                                                      ? " warp rows prefetch"
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
@@ -484,18 +486,26 @@ TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
 // plan; fp32 3072/4096/5120: the raw row exceeds 80 registers; 8960), which
 // run the one-row kernel. Same bars as the default; bit-identity with the
 // default is checked by the next test.
+// WarpRowsPrefetch (persistent, next row in flight) takes the same cases: it
+// runs at 1536 in 16-bit types (1001 x 1536 and 32760 x 1536: several rows
+// per warp; 1 and 3 x 1536: fewer rows than warps), WarpRows elsewhere.
 TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
   TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
-  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::WarpRows);
-  constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2}, {19, 8960, 7}, {5, 5120, 3}};
-  for (ElemType t : kActTypes)
-    for (const LnCase& lc : kExtra) {
-      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-      check_ln(Fmt::Token128, p,
-               std::string("ln_modulate_quant token128 warp rows ") + type_name(t) + " " + std::to_string(lc.rows) +
-                   "x" + std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
-               LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::WarpRows);
-    }
+  for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch}) {
+    check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, v);
+    constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2},
+                                 {19, 8960, 7},  {5, 5120, 3},   {3, 1536, 1}};
+    for (ElemType t : kActTypes)
+      for (const LnCase& lc : kExtra) {
+        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+        check_ln(Fmt::Token128, p,
+                 std::string("ln_modulate_quant token128 warp rows") +
+                     (v == LnQuantTokenRows::WarpRowsPrefetch ? " prefetch " : " ") + type_name(t) + " " +
+                     std::to_string(lc.rows) + "x" + std::to_string(lc.dim) + " per batch " +
+                     std::to_string(lc.rows_per_batch),
+                 LnQuantBlockPath::Auto, false, nullptr, v);
+      }
+  }
 }
 
 // WarpRows sums the statistics in the default's order (the default's plan's
@@ -529,23 +539,29 @@ TEST(LnModulateQuantGpu, Token128WarpRowsBitIdenticalToOne) {
   TD_REQUIRE_GPU();
   constexpr LnCase kCases[] = {{37, 64, 37},    {129, 200, 43},  {333, 1000, 111}, {1001, 1536, 2},  {3, 1536, 1},
                                {45, 3072, 45},  {300, 4096, 300}, {130, 5120, 65},  {1000, 5120, 500}, {77, 6144, 20}};
-  for (ElemType t : kActTypes)
-    for (const LnCase& lc : kCases) {
-      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-      const std::string what = std::string("warp rows vs one ") + type_name(t) + " " + std::to_string(lc.rows) + "x" +
-                               std::to_string(lc.dim);
-      const Quantized one = run_ln_token128_gpu(p, LnQuantTokenRows::One);
-      const Quantized warp = run_ln_token128_gpu(p, LnQuantTokenRows::WarpRows);
+  for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch}) {
+    const std::string name = v == LnQuantTokenRows::WarpRows ? "warp rows" : "warp rows prefetch";
+    for (ElemType t : kActTypes)
+      for (const LnCase& lc : kCases) {
+        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+        const std::string what = name + " vs one " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                                 std::to_string(lc.dim);
+        const Quantized one = run_ln_token128_gpu(p, LnQuantTokenRows::One);
+        const Quantized warp = run_ln_token128_gpu(p, v);
+        ASSERT_EQ(std::memcmp(one.q.data(), warp.q.data(), one.q.size()), 0) << what << ": codes differ";
+        ASSERT_EQ(std::memcmp(one.scales.data(), warp.scales.data(), one.scales.size() * 4), 0)
+            << what << ": scales differ";
+      }
+    for (const LnCase& lc : {LnCase{32760, 1536, 32760}, LnCase{2 * 3000, 5120, 3000}}) {
+      const LnProblem wan = make_ln_problem(ElemType::BF16, lc.rows, lc.dim, lc.rows_per_batch);
+      const std::string what = name + " vs one bf16 " + std::to_string(lc.rows) + "x" + std::to_string(lc.dim);
+      const Quantized one = run_ln_token128_gpu(wan, LnQuantTokenRows::One);
+      const Quantized warp = run_ln_token128_gpu(wan, v);
       ASSERT_EQ(std::memcmp(one.q.data(), warp.q.data(), one.q.size()), 0) << what << ": codes differ";
       ASSERT_EQ(std::memcmp(one.scales.data(), warp.scales.data(), one.scales.size() * 4), 0)
           << what << ": scales differ";
     }
-  const LnProblem wan = make_ln_problem(ElemType::BF16, 32760, 1536, 32760);
-  const Quantized one = run_ln_token128_gpu(wan, LnQuantTokenRows::One);
-  const Quantized warp = run_ln_token128_gpu(wan, LnQuantTokenRows::WarpRows);
-  ASSERT_EQ(std::memcmp(one.q.data(), warp.q.data(), one.q.size()), 0) << "bf16 32760x1536: codes differ";
-  ASSERT_EQ(std::memcmp(one.scales.data(), warp.scales.data(), one.scales.size() * 4), 0)
-      << "bf16 32760x1536: scales differ";
+  }
 }
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }

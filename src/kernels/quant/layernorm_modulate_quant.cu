@@ -623,8 +623,8 @@ constexpr int kWarpRowsMaxWords = 20;  // uint4 of raw row per lane (80 register
 
 // Slots per chunk of quantization parameters: the largest divisor of S up to
 // 8 (5 once the raw row takes 64+ registers), so y of a chunk fits beside it.
-constexpr int warp_rows_chunk(int S, int words) {
-  const int cap = 4 * words * S >= 64 ? 5 : 8;
+constexpr int warp_rows_chunk(int S, int words, int cap_limit = 8) {
+  const int cap = 4 * words * S >= 64 ? 5 : cap_limit;
   for (int d = cap; d > 1; --d)
     if (S % d == 0) return d;
   return 1;
@@ -635,21 +635,29 @@ constexpr int warp_rows_chunk(int S, int words) {
 // keep one x - mean for the variance and y. kHold: the unpacked fp32 row
 // (S x 8 floats) is kept instead of re-unpacking it in each of the 3 passes
 // where it fits (<= 48 floats; fp32 inputs need no unpacking).
-template <typename T, int VD, int W, bool kFull>
-__global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_kernel(LnArgs a) {
+
+// The loads of row r (slot s: pack lane + 32 s; zeros past the row).
+template <typename T, int S, bool kFull>
+__device__ __forceinline__ void warp_row_load(const LnArgs& a, int64_t r, Pack8<T> (&raw)[S]) {
+  const int lane = int(threadIdx.x & 31u), packs = a.dim / 8;
+  const T* xr = static_cast<const T*>(a.x) + r * a.ld_x;
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+    raw[s] = kFull || lane + 32 * s < packs ? load_pack(xr + (lane + 32 * s) * 8) : zero_pack<T>();
+}
+
+// Statistics, y, codes and scales of row r held in raw (kHold: see above;
+// the prefetching kernel passes false, and takes chunks of <= 3 slots (1536:
+// two division pairs per lane instead of one, 24 fp32 y instead of 48), to
+// keep its registers for the next row).
+template <typename T, int VD, int W, bool kFull, bool kHoldAllowed>
+__device__ __forceinline__ void warp_row_finish(const LnArgs& a, int64_t r, const Pack8<T> (&raw)[VD * W]) {
   constexpr int S = VD * W;
-  constexpr int C = warp_rows_chunk(S, Pack8<T>::kWords);
-  constexpr bool kHold = sizeof(T) == 4 || S * 8 <= 48;
+  constexpr int C = warp_rows_chunk(S, Pack8<T>::kWords, kHoldAllowed ? 8 : 3);
+  constexpr bool kHold = kHoldAllowed && (sizeof(T) == 4 || S * 8 <= 48);
   const int lane = int(threadIdx.x & 31u), lane16 = lane & 15, half = lane & 16;
-  const int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
-  if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
   const int packs = a.dim / 8;
   auto valid = [&](int s) { return kFull || lane + 32 * s < packs; };
-  const T* xr = static_cast<const T*>(a.x) + r * a.ld_x;
-
-  Pack8<T> raw[S];
-#pragma unroll
-  for (int s = 0; s < S; ++s) raw[s] = valid(s) ? load_pack(xr + (lane + 32 * s) * 8) : zero_pack<T>();
   float held[kHold ? S : 1][8];
   if constexpr (kHold) {
 #pragma unroll
@@ -766,15 +774,99 @@ __global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_
   }
 }
 
+template <typename T, int VD, int W, bool kFull>
+__global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_kernel(LnArgs a) {
+  const int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
+  if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
+  Pack8<T> raw[VD * W];
+  warp_row_load<T, VD * W, kFull>(a, r, raw);
+  warp_row_finish<T, VD, W, kFull, true>(a, r, raw);
+}
+
+// LnQuantTokenRows::WarpRowsPrefetch: WarpRows made persistent (one wave of
+// 128-thread CTAs, warp g takes rows g, g + warps, ...) with the next row's
+// loads issued before the current row is processed. Why: one-row-per-warp
+// kernels of this size are latency-bound rather than issue-bound (the
+// WarpTeams kernel, ~14 instructions per element, ran at 58.7% of copy with
+// 16 warps per SM: ~4.6 us per row and warp at ~30% issue, i.e. the load
+// latency plus the row's dependent chain (2 shuffle reductions, divisions,
+// group maxima) with nothing else in flight). Here every warp has a row of
+// loads in flight while it computes: the raw row (not the unpacked floats)
+// is kept to pay the second row's registers (1536 bf16: 2 x 24 + work).
+// Rows filling every slot, 16-bit, raw row <= 6 words per lane (bf16 1536;
+// at 8+ words the 96-register bound below spills 116-420 bytes); otherwise
+// WarpRows. Bit-identical to One (same finish).
+// Predicted at 32760x1536 bf16: 90-94% of copy where WarpRows (20 warps per
+// SM, no overlap of a warp's load and compute) might stop at ~80-90%.
+constexpr int kWarpRowsPfMaxWords = 6;
+
+// 5 CTAs per SM (96 registers at 1536 bf16, 4 bytes of spill: 20 warps,
+// each with a row in flight; 104 unbounded would leave 4 CTAs).
+template <typename T, int VD, int W>
+__global__ void __launch_bounds__(kWarpRowsCta, 5) ln_mod_quant_token128_warp_rows_pf_kernel(LnArgs a) {
+  constexpr int S = VD * W;
+  const int64_t warps = int64_t(gridDim.x) * kWarpRowsPerCta;
+  int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
+  if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
+  Pack8<T> next[S];
+  warp_row_load<T, S, true>(a, r, next);
+#pragma unroll 1
+  for (; r < a.rows; r += warps) {
+    Pack8<T> cur[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s) cur[s] = next[s];
+    if (r + warps < a.rows) warp_row_load<T, S, true>(a, r + warps, next);  // in flight during this row
+    warp_row_finish<T, VD, W, true, false>(a, r, cur);
+  }
+}
+
+// Resident 128-thread CTAs per SM x SMs for a persistent kernel, cached per
+// (device, kernel): a launch must not pay for the query.
+int warp_rows_grid_limit(const void* kernel) {
+  struct Entry {
+    const void* kernel;
+    int dev, ctas;
+  };
+  static std::mutex mu;
+  static Entry cache[64];
+  static int used = 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < used; ++i)
+    if (cache[i].kernel == kernel && cache[i].dev == dev) return cache[i].ctas;
+  int sms = 0, per_sm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpRowsCta, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const int ctas = sms * (per_sm < 1 ? 1 : per_sm);
+  if (used < int(sizeof(cache) / sizeof(cache[0]))) cache[used++] = Entry{kernel, dev, ctas};
+  return ctas;
+}
+
+
 // Launches the WarpRows kernel for the default's plan (VD packs x 32W
 // threads) where its raw row fits kWarpRowsMaxWords per lane and W <= 5;
 // Unsupported otherwise (the caller runs the one-row kernel).
 template <typename T, int VD>
-Status launch_token128_warp_rows(const LnArgs& a, int W, cudaStream_t s) {
+Status launch_token128_warp_rows(const LnArgs& a, int W, bool prefetch, cudaStream_t s) {
   constexpr int kWords = Pack8<T>::kWords;
   const unsigned grid = unsigned((a.rows + kWarpRowsPerCta - 1) / kWarpRowsPerCta);
   auto go = [&](auto wtag) -> Status {
     constexpr int kW = decltype(wtag)::value;
+    if constexpr (sizeof(T) == 2 && VD * kW * kWords <= kWarpRowsPfMaxWords) {
+      if (prefetch && a.dim == 256 * VD * kW) {
+        auto kernel = ln_mod_quant_token128_warp_rows_pf_kernel<T, VD, kW>;
+        const int limit = warp_rows_grid_limit(reinterpret_cast<const void*>(kernel));
+        if (limit > 0) {
+          const unsigned ctas = grid < unsigned(limit) ? grid : unsigned(limit);
+          kernel<<<ctas, kWarpRowsCta, 0, s>>>(a);
+          return launch_status();
+        }
+      }
+    }
     if constexpr (VD * kW * kWords <= kWarpRowsMaxWords) {
       if (a.dim == 256 * VD * kW)
         ln_mod_quant_token128_warp_rows_kernel<T, VD, kW, true><<<grid, kWarpRowsCta, 0, s>>>(a);
@@ -801,6 +893,7 @@ Status launch_token128_warp_rows(const LnArgs& a, int W, cudaStream_t s) {
 // kWarpRows for the WarpRows kernel (TURBODIFF_LNQ_TOKEN_ROWS=warps).
 constexpr int kTeamRows = -1;
 constexpr int kWarpRows = -2;
+constexpr int kWarpRowsPf = -3;  // WarpRowsPrefetch (TURBODIFF_LNQ_TOKEN_ROWS=warps_pf)
 int resolve_token_rows(LnQuantTokenRows v) {
   switch (v) {
     case LnQuantTokenRows::One: return 1;
@@ -808,6 +901,7 @@ int resolve_token_rows(LnQuantTokenRows v) {
     case LnQuantTokenRows::Four: return 4;
     case LnQuantTokenRows::WarpTeams: return kTeamRows;
     case LnQuantTokenRows::WarpRows: return kWarpRows;
+    case LnQuantTokenRows::WarpRowsPrefetch: return kWarpRowsPf;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
@@ -815,6 +909,7 @@ int resolve_token_rows(LnQuantTokenRows v) {
     if (std::strcmp(e, "4") == 0) return 4;
     if (std::strcmp(e, "teams") == 0) return kTeamRows;
     if (std::strcmp(e, "warps") == 0) return kWarpRows;
+    if (std::strcmp(e, "warps_pf") == 0) return kWarpRowsPf;
   }
   return 1;
 }
@@ -1137,14 +1232,14 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
       });
     }
   }  // wider rows: the one-row kernel below
-  if (R == kWarpRows) {
+  if (R == kWarpRows || R == kWarpRowsPf) {
     // The default's plan fixes the statistics' order (bit-identity); rows
     // whose plan has more than 5 warps or whose raw row would not fit the
     // registers (kWarpRowsMaxWords) run the one-row kernel below.
     const Status st = dispatch_act_type(x_type, [&](auto tag) {
       using T = typename decltype(tag)::type;
       return dispatch_packs(plan.packs_per_thread, [&](auto v) {
-        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, s);
+        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, R == kWarpRowsPf, s);
       });
     });
     if (st != Status::Unsupported) return st;

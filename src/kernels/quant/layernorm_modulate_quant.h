@@ -84,8 +84,12 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               the default's plan has <= 5 warps and the raw row fits 80
 //               registers per lane (16-bit dim <= 5120, fp32 <= 2560), else
 //               One. Candidate for issue 3's bar (layernorm_modulate_quant.cu).
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps if set, else One.
-enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams, WarpRows };
+//   WarpRowsPrefetch  WarpRows made persistent (one wave), the next row's
+//               loads in flight while a row is processed; bit-identical to
+//               One. 16-bit rows that fill every lane's slots with <= 6
+//               16-byte words per lane (bf16/fp16 1536), else WarpRows.
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps|warps_pf if set, else One.
+enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams, WarpRows, WarpRowsPrefetch };
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
