@@ -6,16 +6,9 @@
 // SageAttention-style kernel with its quantization passes, linear branch).
 // The sparse kernels' dense-equivalent throughput is 4·B·H·L²·D / time.
 // CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
-// On sm_90a `sagesla_sparse_lean`, `sagesla_sparse_lean_stages3`,
-// `sagesla_sparse_lean_fastcvt`, `sagesla_sparse_lean_stages3_rowsum` and
-// `sagesla_sparse_lean_stages3_rowsum_lazy` time the sparse kernel's lean
-// variants (TURBODIFF_SAGE_SM90_SPARSE) on the same LUT beside
-// `sagesla_sparse` (the default, lean_stages3). Predictions: lean_stages3_rowsum
-// (row sums as P̃·1 on the tensor cores: 64 FADD fewer per tile and thread)
-// 2-5% under lean_stages3 (sparse rows are short, more of their time is fixed
-// cost); lean_stages3_rowsum_lazy (O = O·α + O_tmp only when a max moved)
-// within ±2% of lean_stages3_rowsum (13-26 random tiles per row: the maxima
-// keep moving).
+// On sm_90a `sagesla_sparse_lean`, `sagesla_sparse_lean_stages3` and
+// `sagesla_sparse_lean_fastcvt` time the sparse kernel's lean variants
+// (TURBODIFF_SAGE_SM90_SPARSE) on the same LUT beside `sagesla_sparse`.
 // Block selection's top-k in both variants side by side: `*_select` / `*_total`
 // with the bitonic sort (the default), `*_select_radix` / `*_total_radix` with
 // the radix select (SlaTopkAlgo::Radix; the same LUT); `sagesla_total_overlap` /
@@ -46,8 +39,11 @@
 //     `sagesla_fused_kv_sage_prepare_direct`, `sagesla_fused_kv_total_direct`
 //     beside the keys without `_direct` (those pin the Default kernel).
 //   The persistent linear apply (SlaLinearKernels::StagedPersist / TD_SLA_LINEAR=
-//     persist): `sagesla_linear_apply_persist` beside `sagesla_linear_apply_staged`;
-//     `sagesla_fused_kv_total_direct_persist`: the fused level-2 total with both.
+//     persist): `sagesla_linear_apply_persist` beside `sagesla_linear_apply_staged`,
+//     `sagesla_linear_prepare_persist` beside `sagesla_linear_prepare_staged`
+//     (kv_project_rows), `sagesla_fused_kv_prepare_persist` beside
+//     `sagesla_fused_kv_prepare`; `sagesla_fused_kv_total_direct_persist`: the
+//     fused level-2 total with the Direct quantize pass and StagedPersist.
 //   The Staged linear kernels (SlaLinearKernels::Staged): `linear_staged` beside
 //     `linear` (whole branch), `sagesla_linear_prepare_staged` /
 //     `sagesla_linear_apply_staged` beside `sagesla_linear_prepare` /
@@ -302,8 +298,7 @@ int main(int argc, char** argv) {
           // The sm_90a sparse kernel's lean variants beside the default
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>): sagesla_sparse_<variant>.
           if (major == 9) {
-            for (const char* variant :
-                 {"lean", "lean_stages3", "lean_fastcvt", "lean_stages3_rowsum", "lean_stages3_rowsum_lazy"}) {
+            for (const char* variant : {"lean", "lean_stages3", "lean_fastcvt"}) {
               setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);
               const std::string key = std::string("sagesla_sparse_") + variant;
               Status vst = Status::Ok;
@@ -365,6 +360,12 @@ int main(int argc, char** argv) {
           ppersist.linear_kernels = td::kernels::SlaLinearKernels::StagedPersist;
           record("sagesla_linear_apply_persist",
                  [&](int) { td::kernels::sla_linear_apply_cuda(ppersist, q, o, lin_ws, lin_bytes, stream); });
+          // Its K/V half (Staged kv_partial + kv_project_rows; the same bits). Prediction: the
+          // kv_project share drops to ~0.02-0.03 ms (one read of the fp32 partials).
+          record("sagesla_linear_prepare_persist", [&](int) {
+            td::kernels::sla_linear_prepare_cuda(ppersist, k, v, proj_w, proj_b, td::kernels::ElemType::F32, lin_ws,
+                                                 lin_bytes, stream);
+          });
           SlaProblem pt = pr;  // the Tiled score GEMM (+ radix top-k)
           pt.score_kernel = td::kernels::SlaScoreKernel::Tiled;
           record("sagesla_select_tiled",
@@ -471,9 +472,15 @@ int main(int argc, char** argv) {
                   attend();
                   td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream);
                 });
-                // Both variants: Direct quantize pass + persistent apply.
+                // Both variants: Direct quantize pass + StagedPersist (kv_project_rows, persistent apply).
+                auto kv_prepare_p = [&] {
+                  return td::kernels::sla_linear_prepare_stats_cuda(ppersist, k, v, proj_w, proj_b,
+                                                                    td::kernels::ElemType::F32, stats, lin_ws,
+                                                                    lin_bytes, stream);
+                };
+                record("sagesla_fused_kv_prepare_persist", [&](int) { kv_prepare_p(); });
                 record("sagesla_fused_kv_total_direct_persist", [&](int) {
-                  kv_prepare();
+                  kv_prepare_p();
                   prepare(sums_given_d);
                   select();
                   attend();

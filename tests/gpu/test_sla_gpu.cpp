@@ -511,8 +511,8 @@ TEST(SlaGpu, LinearBranchStagedKernelsMatchTheReference) {
   }
 }
 
-// The persistent apply (SlaLinearKernels::StagedPersist / TD_SLA_LINEAR=persist):
-// against the CPU linear branch (identity proj_l onto a zero o: rel L2 <= 1e-2,
+// StagedPersist (SlaLinearKernels::StagedPersist / TD_SLA_LINEAR=persist: the
+// persistent apply and kv_project_rows): against the CPU linear branch (identity proj_l onto a zero o: rel L2 <= 1e-2,
 // cosine >= 0.9999, NaN-poisoned workspace), bit for bit equal to the Staged
 // apply onto the same random o_s with a random proj_l, and bit for bit equal to
 // itself over two runs. Awkward lengths (5, 77, 1537, 4133, 20000), D 64 / 128,
@@ -575,8 +575,44 @@ TEST(SlaGpu, LinearApplyPersistEqualsStagedBitForBit) {
           << kernels::sla_last_error();
       outs.push_back(download<uint16_t>(os));
     }
-    EXPECT_EQ(outs[0], outs[1]) << "Persist apply differs from Staged";
-    EXPECT_EQ(outs[1], outs[2]) << "two Persist runs differ";
+    EXPECT_TRUE(outs[0] == outs[1]) << "Persist apply differs from Staged";
+    EXPECT_TRUE(outs[1] == outs[2]) << "two Persist runs differ";
+    // The K/V half: StagedPersist's kv_project_rows against Staged's kv_project, the
+    // whole linear workspace byte for byte from identically poisoned buffers, with
+    // and without the sage statistics (those compared too).
+    for (const bool with_stats : {false, true}) {
+      SCOPED_TRACE(with_stats ? "prepare with sage statistics" : "prepare");
+      std::vector<std::vector<uint8_t>> wss, sts;
+      for (const auto kind : {kernels::SlaLinearKernels::Staged, kernels::SlaLinearKernels::StagedPersist}) {
+        SlaProblem pp = pd;
+        pp.linear_kernels = kind;
+        Tensor w2 = device_buffer({int64_t(ws_bytes)}, DType::U8);
+        Tensor st = device_buffer({3, c.B * c.H, c.D}, DType::F32);
+        if (with_stats) {
+          kernels::SlaSageStats stats;
+          stats.km = st.data<float>();
+          stats.vscale = st.data<float>() + c.B * c.H * c.D;
+          stats.vinv = st.data<float>() + 2 * c.B * c.H * c.D;
+          ASSERT_EQ(kernels::sla_linear_prepare_stats_cuda(pp, in.kd.raw_data(), in.vd.raw_data(), wr.raw_data(),
+                                                           br.raw_data(), kernels::ElemType::F32, stats, w2.raw_data(),
+                                                           ws_bytes, cuda::current_stream()),
+                    Status::Ok)
+              << kernels::sla_last_error();
+        } else {
+          ASSERT_EQ(kernels::sla_linear_prepare_cuda(pp, in.kd.raw_data(), in.vd.raw_data(), wr.raw_data(), br.raw_data(),
+                                                     kernels::ElemType::F32, w2.raw_data(), ws_bytes,
+                                                     cuda::current_stream()),
+                    Status::Ok)
+              << kernels::sla_last_error();
+        }
+        wss.push_back(download<uint8_t>(w2));
+        sts.push_back(download<uint8_t>(st));
+      }
+      size_t first = 0;
+      while (first < wss[0].size() && wss[0][first] == wss[1][first]) ++first;
+      EXPECT_EQ(first, wss[0].size()) << "kv_project_rows: the workspace differs from byte " << first;
+      EXPECT_TRUE(sts[0] == sts[1]) << "kv_project_rows: the sage statistics differ";
+    }
   }
 }
 
@@ -952,7 +988,7 @@ TEST(SlaGpu, SageQuantDirectEqualsDefaultBitForBit) {
                                                    o2.raw_data(), nullptr, spp, be, ws2.raw_data(), ws_bytes, st),
                       Status::Ok)
                 << kernels::attention_last_error();
-            EXPECT_EQ(download<uint16_t>(o1), download<uint16_t>(o2)) << "attend on the Direct workspace differs";
+            EXPECT_TRUE(download<uint16_t>(o1) == download<uint16_t>(o2)) << "attend on the Direct workspace differs";
           }
         }
         for (size_t r = 1; r < ws_out.size(); ++r) {
@@ -960,7 +996,7 @@ TEST(SlaGpu, SageQuantDirectEqualsDefaultBitForBit) {
           while (first < ws_out[0].size() && ws_out[0][first] == ws_out[r][first]) ++first;
           EXPECT_EQ(first, ws_out[0].size()) << "run " << r << ": workspace differs from the Default kernel's from byte "
                                              << first << " of " << ws_out[0].size();
-          EXPECT_EQ(sums_out[0], sums_out[r]) << "run " << r << ": block sums differ";
+          EXPECT_TRUE(sums_out[0] == sums_out[r]) << "run " << r << ": block sums differ";
         }
       }
     }

@@ -77,9 +77,11 @@ enum class SlaScoreKernel { Auto, Simple, Tiled };
 // stores 16-byte rows. Same formulas; φ's row sums in another order, so the bits
 // may differ from Warp's in the last place. Auto: Staged (measured faster),
 // Warp when the environment has TD_SLA_LINEAR=warp or TD_SLA_FUSED=0.
-// StagedPersist: Staged's K/V half; the Q half by a persistent kernel (one CTA
-// per SM walking a range of 128-row tiles, M loaded once per head, Q and o of
-// the next tile in flight while one computes; the same bits as Staged).
+// StagedPersist: Staged's kv_partial, kv_project by 16 feature rows per CTA
+// (proj_l read once per 16 rows, 8 independent partial sums per thread), the Q
+// half by a persistent kernel (one CTA per SM walking a range of 128-row tiles,
+// M loaded once per head, Q and o of the next tile in flight while one
+// computes); the same bits as Staged in both halves.
 // TD_SLA_LINEAR=persist picks it under Auto (and in ops::sla's fused path).
 enum class SlaLinearKernels { Auto, Warp, Staged, StagedPersist };
 
@@ -192,8 +194,8 @@ struct SlaSageStats {
   float* vscale = nullptr;
   float* vinv = nullptr;
 };
-// sla_linear_prepare_cuda with the Staged kernels (whatever p.linear_kernels
-// says) that also writes `stats`: Σ K and max |V| per chunk from the K/V tiles
+// sla_linear_prepare_cuda with the Staged kernels (StagedPersist's kv_project
+// when p.linear_kernels or TD_SLA_LINEAR asks for it) that also writes `stats`: Σ K and max |V| per chunk from the K/V tiles
 // already in shared memory, reduced in chunk order by kv_project. The same M,
 // Σφ(K) and bias as the Staged prepare, bit for bit.
 Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const void* v, const void* proj_weight,

@@ -305,6 +305,76 @@ __global__ void __launch_bounds__(D) kv_project_kernel(const LinParams p) {
   p.ws.m[(bh * D + f) * D + c] = __float2bfloat16_rn(m);
 }
 
+// kv_project for StagedPersist: the same sums in the same order (the same
+// bits), 16 feature rows f per CTA instead of one. Why: kv_project_kernel's CTA
+// (one row f, D threads) reads proj_l as w[c·D + i] (thread c walks row c: 128
+// rows per warp load, each 64 KB of W fetched again by every one of the D·B·H
+// CTAs: 335 MB of L2 traffic at 1x40x75600) and sums its n_chunks partials in
+// one dependent chain per thread. Here a CTA of 256 threads sums 16 x D
+// partial entries (8 independent chains per thread, coalesced), then each
+// thread forms 8 rows of M for one output channel c from the staged rows, W
+// read once per 16 rows (16x less W traffic).
+// Predicted (H200): reads the fp32 partials once (67 MB at 1x12x32760, 68 MB at
+// 1x40x75600): ~0.02-0.03 ms either size.
+constexpr int kProjRows = 16, kProjThreads = 256;
+template <int D, typename WT, bool kStats = false>
+__global__ void __launch_bounds__(kProjThreads) kv_project_rows_kernel(const LinParams p) {
+  __shared__ float rows[kProjRows][D];
+  const int f0 = blockIdx.x * kProjRows, tid = threadIdx.x;
+  const int64_t bh = blockIdx.y;
+  if (blockIdx.x == 0 && tid < D) {  // kv_project_kernel's f == 0 work, the same loops
+    const int c = tid;
+    if constexpr (kStats) {
+      const float* kr = p.ws.part_kraw + bh * p.n_chunks * D + c;
+      const float* vm = p.ws.part_vmax + bh * p.n_chunks * D + c;
+      float s = 0.f, m = 0.f;
+      for (int ch = 0; ch < p.n_chunks; ++ch) {
+        s += kr[int64_t(ch) * D];
+        m = fmaxf(m, vm[int64_t(ch) * D]);
+      }
+      p.stats.km[bh * D + c] = s / float(p.len);
+      p.stats.vscale[bh * D + c] = m / 448.f;
+      p.stats.vinv[bh * D + c] = m > 0.f ? 448.f / m : 0.f;
+    }
+    const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
+    float ks = 0.f;
+    for (int ch = 0; ch < p.n_chunks; ++ch) ks += pk[int64_t(ch) * D];
+    p.ws.ksum[bh * D + c] = ks;
+    if (bh == 0) p.ws.bias[c] = float(static_cast<const WT*>(p.proj_b)[c]);
+  }
+  constexpr int kPerThread = kProjRows * D / kProjThreads;  // 8 (D 128) or 4 (D 64)
+  const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f0) * D;
+  float s[kPerThread];
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) s[e] = 0.f;
+  for (int ch = 0; ch < p.n_chunks; ++ch) {
+    const float* pc = part + int64_t(ch) * D * D;
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) s[e] += pc[e * kProjThreads + tid];
+  }
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) (&rows[0][0])[e * kProjThreads + tid] = s[e];
+  __syncthreads();
+  constexpr int kGroups = kProjThreads / D, kRowsPer = kProjRows / kGroups;  // 2 x 8 (D 128), 4 x 4 (D 64)
+  const int c = tid % D, r0 = (tid / D) * kRowsPer;
+  const WT* w = static_cast<const WT*>(p.proj_w) + int64_t(c) * D;
+  float m[kRowsPer];
+#pragma unroll
+  for (int k = 0; k < kRowsPer; ++k) m[k] = 0.f;
+#pragma unroll 2
+  for (int i = 0; i < D; i += 4) {
+    float wv[4];  // proj_l's rows need not be 16-byte aligned: scalar loads (L1 hits after the first)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) wv[u] = float(w[i + u]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int k = 0; k < kRowsPer; ++k) m[k] = fmaf(rows[r0 + k][i + u], wv[u], m[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kRowsPer; ++k) p.ws.m[(bh * D + f0 + r0 + k) * D + c] = __float2bfloat16_rn(m[k]);
+}
+
 template <int D>
 struct ApplyTraits {
   static constexpr int kQBytes = kApplyRows * D * 2;
@@ -998,7 +1068,20 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
         p);
     if (Status s = launch_error("kv_partial"); s != Status::Ok) return s;
   }
-  if (phases & kPhasePrepare) {
+  if ((phases & kPhasePrepare) && use_persist_apply(sp)) {
+    const dim3 pgrid(unsigned(D / kProjRows), unsigned(sp.batch * sp.heads));
+    if (with_stats) {
+      if (proj_type == ElemType::F32)
+        kv_project_rows_kernel<D, float, true><<<pgrid, kProjThreads, 0, st>>>(p);
+      else
+        kv_project_rows_kernel<D, __nv_bfloat16, true><<<pgrid, kProjThreads, 0, st>>>(p);
+    } else if (proj_type == ElemType::F32) {
+      kv_project_rows_kernel<D, float><<<pgrid, kProjThreads, 0, st>>>(p);
+    } else {
+      kv_project_rows_kernel<D, __nv_bfloat16><<<pgrid, kProjThreads, 0, st>>>(p);
+    }
+    if (Status s = launch_error("kv_project_rows"); s != Status::Ok) return s;
+  } else if (phases & kPhasePrepare) {
     const dim3 pgrid(unsigned(D), unsigned(sp.batch * sp.heads));
     if (with_stats) {
       if (proj_type == ElemType::F32)
@@ -1138,7 +1221,8 @@ Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const v
   if (!stats.km || !stats.vscale || !stats.vinv)
     return detail::sla_fail(Status::InvalidArgument, "sla_linear_prepare_stats_cuda: null statistics pointer");
   SlaProblem ps = p;
-  ps.linear_kernels = SlaLinearKernels::Staged;
+  // Staged's kv_partial either way; StagedPersist (explicit or TD_SLA_LINEAR=persist) keeps its kv_project_rows.
+  ps.linear_kernels = use_persist_apply(p) ? SlaLinearKernels::StagedPersist : SlaLinearKernels::Staged;
   return linear_impl(ps, nullptr, k, v, proj_weight, proj_bias, proj_type, nullptr, workspace, workspace_bytes, stream,
                      kPhasePrepare, stats);
 }
