@@ -124,19 +124,22 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
   // Every rows-per-CTA variant side by side: ln_mod_quant_token128 is the
   // default (one row per CTA), _rows2 / _rows4 / _teams / _warps the LnQuantTokenRows variants.
   // _warps (WarpRows: a row per warp, bit-identical to the default), predicted
-  // from ~15 (1536) / ~17 (5120) instructions per element against ~34.6
+  // from ~16 (1536) / ~19.5 (5120) instructions per element (SASS) against ~34.6
   // measured for the default: HBM-bound, 88-93% of copy at 32760x1536 and
   // 85-92% at 75600x5120 (default 58.7% / 57.9%). _warps_pf (persistent,
   // next row in flight; 1536 only, 5120 runs _warps): 90-94% at 1536.
+  // _warps_lean (28 warps per SM instead of 20, ~18.5 instructions per
+  // element; 1536 only, 5120 runs _warps): 90-95% at 1536.
   for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four,
                              LnQuantTokenRows::WarpTeams, LnQuantTokenRows::WarpRows,
-                             LnQuantTokenRows::WarpRowsPrefetch}) {
+                             LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean}) {
     const char* key = v == LnQuantTokenRows::One         ? "ln_mod_quant_token128"
                       : v == LnQuantTokenRows::Two       ? "ln_mod_quant_token128_rows2"
                       : v == LnQuantTokenRows::Four      ? "ln_mod_quant_token128_rows4"
                       : v == LnQuantTokenRows::WarpTeams ? "ln_mod_quant_token128_teams"
                       : v == LnQuantTokenRows::WarpRows  ? "ln_mod_quant_token128_warps"
-                                                         : "ln_mod_quant_token128_warps_pf";
+                      : v == LnQuantTokenRows::WarpRowsPrefetch ? "ln_mod_quant_token128_warps_pf"
+                                                                : "ln_mod_quant_token128_warps_lean";
     ops[key] = result(
         td::bench::time_cuda([&](int i) {
           check(layernorm_modulate_quant_token128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,

@@ -421,6 +421,7 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                                                   : token_rows == LnQuantTokenRows::WarpRows  ? " warp rows"
                                                   : token_rows == LnQuantTokenRows::WarpRowsPrefetch
                                                       ? " warp rows prefetch"
+                                                  : token_rows == LnQuantTokenRows::WarpRowsLean ? " warp rows lean"
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
@@ -486,12 +487,14 @@ TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
 // plan; fp32 3072/4096/5120: the raw row exceeds 80 registers; 8960), which
 // run the one-row kernel. Same bars as the default; bit-identity with the
 // default is checked by the next test.
-// WarpRowsPrefetch (persistent, next row in flight) takes the same cases: it
-// runs at 1536 in 16-bit types (1001 x 1536 and 32760 x 1536: several rows
-// per warp; 1 and 3 x 1536: fewer rows than warps), WarpRows elsewhere.
+// WarpRowsPrefetch (persistent, next row in flight) and WarpRowsLean (72
+// registers) take the same cases: they run at 1536 in 16-bit types (1001 x
+// 1536 and 32760 x 1536: several rows per warp; 1 and 3 x 1536: fewer rows
+// than warps), WarpRows elsewhere.
 TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
   TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
-  for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch}) {
+  for (LnQuantTokenRows v :
+       {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean}) {
     check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, v);
     constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2},
                                  {19, 8960, 7},  {5, 5120, 3},   {3, 1536, 1}};
@@ -500,7 +503,10 @@ TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
         const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
         check_ln(Fmt::Token128, p,
                  std::string("ln_modulate_quant token128 warp rows") +
-                     (v == LnQuantTokenRows::WarpRowsPrefetch ? " prefetch " : " ") + type_name(t) + " " +
+                     (v == LnQuantTokenRows::WarpRowsPrefetch ? " prefetch "
+                      : v == LnQuantTokenRows::WarpRowsLean   ? " lean "
+                                                              : " ") +
+                     type_name(t) + " " +
                      std::to_string(lc.rows) + "x" + std::to_string(lc.dim) + " per batch " +
                      std::to_string(lc.rows_per_batch),
                  LnQuantBlockPath::Auto, false, nullptr, v);
@@ -539,8 +545,11 @@ TEST(LnModulateQuantGpu, Token128WarpRowsBitIdenticalToOne) {
   TD_REQUIRE_GPU();
   constexpr LnCase kCases[] = {{37, 64, 37},    {129, 200, 43},  {333, 1000, 111}, {1001, 1536, 2},  {3, 1536, 1},
                                {45, 3072, 45},  {300, 4096, 300}, {130, 5120, 65},  {1000, 5120, 500}, {77, 6144, 20}};
-  for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch}) {
-    const std::string name = v == LnQuantTokenRows::WarpRows ? "warp rows" : "warp rows prefetch";
+  for (LnQuantTokenRows v :
+       {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean}) {
+    const std::string name = v == LnQuantTokenRows::WarpRows           ? "warp rows"
+                             : v == LnQuantTokenRows::WarpRowsPrefetch ? "warp rows prefetch"
+                                                                       : "warp rows lean";
     for (ElemType t : kActTypes)
       for (const LnCase& lc : kCases) {
         const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);

@@ -614,7 +614,11 @@ Status launch_token128_team(const LnArgs& a, int team_warps, cudaStream_t s) {
 // the division pair, shuffles of inv, scale stores, addresses: ~130 per
 // lane / 48) ~2.7: ~15 (5120, S = 20: the raw row stays packed in 80
 // registers and is unpacked in each of the 3 passes: ~17), against ~34.6
-// measured for the default.
+// measured for the default. The sm_90a SASS (nvcc 13.0): 1536 bf16, 96
+// registers, no spills, 1091 instructions for a lane's 48 elements, ~770 of
+// them on the main path (the 3 IEEE-division slow-path subroutines aside):
+// ~16 per element; 5120 bf16, 150 registers, no spills, 3278 for 160: ~19.5
+// (the default: 1208 for 24, ~34.6 measured).
 // Predicted: HBM-bound, 88-93% of copy at 32760x1536 and 85-92% at
 // 75600x5120 (from 58.7% / 57.9%).
 constexpr int kWarpRowsCta = 128;
@@ -783,6 +787,24 @@ __global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_
   warp_row_finish<T, VD, W, kFull, true>(a, r, raw);
 }
 
+// LnQuantTokenRows::WarpRowsLean: WarpRows for 16-bit rows of <= 6 words per
+// lane that fill every slot (bf16 1536) traded for occupancy: the raw row
+// re-unpacked in each pass instead of held as 48 floats and quantization
+// parameters in chunks of 3 slots (two division pairs per lane), bounded to
+// 7 CTAs per SM: 72 registers, no spills (8 CTAs = 64 registers spilled 20
+// bytes), 28 warps per SM instead of WarpRows' 20 (96 registers), i.e. 40%
+// more rows of loads in flight, for ~+2.6 instructions per element (~18.5). For the case that WarpRows is latency-bound (the
+// WarpTeams kernel, 16 warps per SM, was: ~30% issue at 58.7% of copy).
+// Bit-identical to One. Predicted at 32760x1536 bf16: 90-95% of copy.
+template <typename T, int VD, int W>
+__global__ void __launch_bounds__(kWarpRowsCta, 7) ln_mod_quant_token128_warp_rows_lean_kernel(LnArgs a) {
+  const int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
+  if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
+  Pack8<T> raw[VD * W];
+  warp_row_load<T, VD * W, true>(a, r, raw);
+  warp_row_finish<T, VD, W, true, false>(a, r, raw);
+}
+
 // LnQuantTokenRows::WarpRowsPrefetch: WarpRows made persistent (one wave of
 // 128-thread CTAs, warp g takes rows g, g + warps, ...) with the next row's
 // loads issued before the current row is processed. Why: one-row-per-warp
@@ -851,12 +873,16 @@ int warp_rows_grid_limit(const void* kernel) {
 // threads) where its raw row fits kWarpRowsMaxWords per lane and W <= 5;
 // Unsupported otherwise (the caller runs the one-row kernel).
 template <typename T, int VD>
-Status launch_token128_warp_rows(const LnArgs& a, int W, bool prefetch, cudaStream_t s) {
+Status launch_token128_warp_rows(const LnArgs& a, int W, bool prefetch, bool lean, cudaStream_t s) {
   constexpr int kWords = Pack8<T>::kWords;
   const unsigned grid = unsigned((a.rows + kWarpRowsPerCta - 1) / kWarpRowsPerCta);
   auto go = [&](auto wtag) -> Status {
     constexpr int kW = decltype(wtag)::value;
     if constexpr (sizeof(T) == 2 && VD * kW * kWords <= kWarpRowsPfMaxWords) {
+      if (lean && a.dim == 256 * VD * kW) {
+        ln_mod_quant_token128_warp_rows_lean_kernel<T, VD, kW><<<grid, kWarpRowsCta, 0, s>>>(a);
+        return launch_status();
+      }
       if (prefetch && a.dim == 256 * VD * kW) {
         auto kernel = ln_mod_quant_token128_warp_rows_pf_kernel<T, VD, kW>;
         const int limit = warp_rows_grid_limit(reinterpret_cast<const void*>(kernel));
@@ -893,7 +919,8 @@ Status launch_token128_warp_rows(const LnArgs& a, int W, bool prefetch, cudaStre
 // kWarpRows for the WarpRows kernel (TURBODIFF_LNQ_TOKEN_ROWS=warps).
 constexpr int kTeamRows = -1;
 constexpr int kWarpRows = -2;
-constexpr int kWarpRowsPf = -3;  // WarpRowsPrefetch (TURBODIFF_LNQ_TOKEN_ROWS=warps_pf)
+constexpr int kWarpRowsPf = -3;    // WarpRowsPrefetch (TURBODIFF_LNQ_TOKEN_ROWS=warps_pf)
+constexpr int kWarpRowsLean = -4;  // WarpRowsLean (TURBODIFF_LNQ_TOKEN_ROWS=warps_lean)
 int resolve_token_rows(LnQuantTokenRows v) {
   switch (v) {
     case LnQuantTokenRows::One: return 1;
@@ -902,6 +929,7 @@ int resolve_token_rows(LnQuantTokenRows v) {
     case LnQuantTokenRows::WarpTeams: return kTeamRows;
     case LnQuantTokenRows::WarpRows: return kWarpRows;
     case LnQuantTokenRows::WarpRowsPrefetch: return kWarpRowsPf;
+    case LnQuantTokenRows::WarpRowsLean: return kWarpRowsLean;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
@@ -910,6 +938,7 @@ int resolve_token_rows(LnQuantTokenRows v) {
     if (std::strcmp(e, "teams") == 0) return kTeamRows;
     if (std::strcmp(e, "warps") == 0) return kWarpRows;
     if (std::strcmp(e, "warps_pf") == 0) return kWarpRowsPf;
+    if (std::strcmp(e, "warps_lean") == 0) return kWarpRowsLean;
   }
   return 1;
 }
@@ -1232,14 +1261,15 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
       });
     }
   }  // wider rows: the one-row kernel below
-  if (R == kWarpRows || R == kWarpRowsPf) {
+  if (R == kWarpRows || R == kWarpRowsPf || R == kWarpRowsLean) {
     // The default's plan fixes the statistics' order (bit-identity); rows
     // whose plan has more than 5 warps or whose raw row would not fit the
     // registers (kWarpRowsMaxWords) run the one-row kernel below.
     const Status st = dispatch_act_type(x_type, [&](auto tag) {
       using T = typename decltype(tag)::type;
       return dispatch_packs(plan.packs_per_thread, [&](auto v) {
-        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, R == kWarpRowsPf, s);
+        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, R == kWarpRowsPf,
+                                                                R == kWarpRowsLean, s);
       });
     });
     if (st != Status::Unsupported) return st;

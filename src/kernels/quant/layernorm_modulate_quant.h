@@ -88,8 +88,12 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               loads in flight while a row is processed; bit-identical to
 //               One. 16-bit rows that fill every lane's slots with <= 6
 //               16-byte words per lane (bf16/fp16 1536), else WarpRows.
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps|warps_pf if set, else One.
-enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams, WarpRows, WarpRowsPrefetch };
+//   WarpRowsLean  WarpRows traded for occupancy where WarpRowsPrefetch runs
+//               (16-bit 1536): raw row re-unpacked per pass, parameters in
+//               chunks of 3 slots, 72 registers (28 warps per SM instead
+//               of 20); bit-identical to One; elsewhere WarpRows.
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps|warps_pf|warps_lean if set, else One.
+enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams, WarpRows, WarpRowsPrefetch, WarpRowsLean };
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
