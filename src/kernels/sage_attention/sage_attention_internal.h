@@ -136,10 +136,14 @@ enum class Sm90Sparse {
 // vs 163.8 ms at 1x40x75600 (1.43x vs 1.26x); sparse lean_stages3 1.41 vs
 // 1.48 ms at topk 0.1 (32760) and 20.2 vs 20.7 ms (75600). The previous
 // defaults stay reachable: TURBODIFF_SAGE_SM90_DENSE=overlap,
-// TURBODIFF_SAGE_SM90_SPARSE=stages2.
+// TURBODIFF_SAGE_SM90_SPARSE=stages2. Fourth run: sparse lean_stages3_rowsum
+// (row sums on the tensor cores) 1.33 vs 1.42 ms at topk 0.1 (1x12x32760),
+// 19.1-19.4 vs 20.1-20.2 ms (1x40x75600), GPU tests passed, now the sparse
+// default (TURBODIFF_SAGE_SM90_SPARSE=lean_stages3 the previous one); the
+// dense rowsum variants were 1-3% slower than lean and stay beside it.
 struct Sm90Variant {
   Sm90Dense dense = Sm90Dense::Lean;
-  Sm90Sparse sparse = Sm90Sparse::LeanStages3;
+  Sm90Sparse sparse = Sm90Sparse::LeanStages3RowSum;
 };
 
 // sm_90a (sage_attention_sm90.cu when built for 90a).
