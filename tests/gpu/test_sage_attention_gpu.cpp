@@ -347,8 +347,15 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     // max, and the fp32 LSE then loses ~1e-3 to cancellation (H200, 2026-11-30:
     // 2.3e-3 to 2.7e-3 against the simulation on the structured cases, with the
     // same error against exact attention as the default kernel): their bar is 4e-3.
+    // The rowsum variants accumulate l = Σ P̃ in the FP8 wgmma's fp32
+    // accumulator, whose adds are of reduced precision (the reason for the
+    // two-level P̃·V accumulation): the simulation sums the same rounded P̃
+    // exactly, and the LSE differs by up to ~2e-3 (H200, 2026-11-30: 2.29e-3
+    // for dense lean_rowsum on structured_1000_d128, the output itself within
+    // 1.7e-3 rel L2 of the simulation): their bar is 4e-3 too.
     const bool offset_in_max = run.label().find("fastcvt") != std::string::npos;
-    EXPECT_LE(sim_lse_err, offset_in_max ? 2 * kSimMaxLseAbs : kSimMaxLseAbs);
+    const bool l_in_wgmma = run.label().find("rowsum") != std::string::npos;
+    EXPECT_LE(sim_lse_err, offset_in_max || l_in_wgmma ? 2 * kSimMaxLseAbs : kSimMaxLseAbs);
 
     const test::Accuracy vs_exact = test::compare(g.o, exact);
     EXPECT_GE(vs_exact.cosine, kMinCosine) << vs_exact.str();

@@ -138,12 +138,16 @@ enum class Sm90Sparse {
 // defaults stay reachable: TURBODIFF_SAGE_SM90_DENSE=overlap,
 // TURBODIFF_SAGE_SM90_SPARSE=stages2. Fourth run: sparse lean_stages3_rowsum
 // (row sums on the tensor cores) 1.33 vs 1.42 ms at topk 0.1 (1x12x32760),
-// 19.1-19.4 vs 20.1-20.2 ms (1x40x75600), GPU tests passed, now the sparse
-// default (TURBODIFF_SAGE_SM90_SPARSE=lean_stages3 the previous one); the
-// dense rowsum variants were 1-3% slower than lean and stay beside it.
+// 19.1-19.4 vs 20.1-20.2 ms (1x40x75600), its GPU tests passed; it is NOT the
+// default yet: as the default, the tests that compare the default against the
+// fp32 simulation (ops::sage_attention's CPU path included) failed in the
+// fifth run, because that simulation sums the unrounded P̃ unless told
+// (SageSimOptions::l_from_rounded_p) and ops does not tell it. Making it the
+// default needs the CPU path to model the default's row sums first. The dense
+// rowsum variants were 1-3% slower than lean.
 struct Sm90Variant {
   Sm90Dense dense = Sm90Dense::Lean;
-  Sm90Sparse sparse = Sm90Sparse::LeanStages3RowSum;
+  Sm90Sparse sparse = Sm90Sparse::LeanStages3;
 };
 
 // sm_90a (sage_attention_sm90.cu when built for 90a).
