@@ -21,8 +21,8 @@
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
 //
-// Variants (BlockScaledSm90Kernel, one template each; PipelinedCvt is the
-// default, see block_scaled_sm90_env_default):
+// Variants (BlockScaledSm90Kernel, one template each; ThreeConsumersSmemEpi
+// is the default, see block_scaled_sm90_env_default):
 //   Baseline     as above: cvt.rn.f32.s32 (I2F) + FFMA per accumulator, after
 //                waiting for the K block's wgmmas (the tensor cores idle
 //                while both warpgroups promote).

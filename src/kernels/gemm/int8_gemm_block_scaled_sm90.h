@@ -32,7 +32,8 @@ namespace td::kernels {
 // (baseline | fast_promote | pipelined | pipelined_cvt | pipelined_smem_epi |
 // pipelined_smem_scales | three_consumers | three_consumers_fast |
 // three_consumers_smem_epi | three_consumers_ordered, read once per process), else
-// PipelinedCvt (measured fastest on the Wan shapes, H200 2026-11-30).
+// ThreeConsumersSmemEpi (measured fastest on the Wan shapes, H200 2026-11-30;
+// PipelinedCvt before that run).
 // The two-argument overload above runs Default.
 enum class BlockScaledSm90Kernel : int { Default = 0, Baseline = 1, FastPromote = 2, Pipelined = 3, PipelinedCvt = 4,
                                         PipelinedSmemEpi = 5, PipelinedSmemScales = 6, ThreeConsumers = 7,

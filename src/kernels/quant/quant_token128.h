@@ -33,7 +33,7 @@ Status dequantize_token128_cpu(const int8_t* q, int64_t rows, int64_t cols, int6
                                int64_t ld_scales, float* out, int64_t ld_out);
 
 // CUDA kernel variants (bit-identical results):
-//   Items4       4 groups per half-warp, 64-bit index decode (the default);
+//   Items4       4 groups per half-warp, 64-bit index decode (the first kernel);
 //   Items8Idx32  8 groups per half-warp, 32-bit index decode (when
 //                rows * groups < 2^31; else Items4). Candidate for issue 3's
 //                bandwidth bar: flip Auto once measured faster on the H200.
@@ -45,9 +45,10 @@ Status dequantize_token128_cpu(const int8_t* q, int64_t rows, int64_t cols, int6
 //   RowSlabs     a warp per slab of one row (32 x 4..6 packs of 8: a whole
 //                1536 row, a quarter of 5120), one decode and one division
 //                pair per lane per slab, PRMT packing; vector path with
-//                rows x slabs < 2^31, else Items4Idx32. Candidate for issue 3's bar.
-//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8|items4|items4_32_lane|slabs
-//                if set, else Items4Idx32 (measured fastest on the H200, 2026-11-30).
+//                rows x slabs < 2^31, else Items4Idx32. 94% / 99.5% of copy on
+//                the H200 (2026-11-30).
+//   Auto         TURBODIFF_QUANT_TOKEN128_KERNEL=items8|items4|items4_32|items4_32_lane
+//                if set, else RowSlabs (measured fastest on the H200, 2026-11-30).
 enum class Token128QuantKernel { Auto, Items4, Items8Idx32, Items4Idx32, Items4Idx32Lane, RowSlabs };
 
 #if TURBODIFF_HAVE_CUDA

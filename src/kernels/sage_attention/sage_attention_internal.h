@@ -79,13 +79,13 @@ __host__ __device__ inline int v_fp8_position(int k) {
 
 // sm_90a kernel variants (chosen per call from the environment, for A/B runs;
 // the defaults are the measured-best ones):
-//   TURBODIFF_SAGE_SM90_DENSE = overlap (default) | plain | pingpong | fastcvt
-//     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean
+//   TURBODIFF_SAGE_SM90_DENSE = overlap | plain | pingpong | fastcvt
+//     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean (default)
 //     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong | lean_rowsum
 //     | lean_rowsum_lazy
 //     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
-//   TURBODIFF_SAGE_SM90_SPARSE = stages2 (default) | stages3 | stages3_fastcvt
-//     | stages3_fastcvt_poly | lean | lean_stages3 | lean_fastcvt
+//   TURBODIFF_SAGE_SM90_SPARSE = stages2 | stages3 | stages3_fastcvt
+//     | stages3_fastcvt_poly | lean | lean_stages3 (default) | lean_fastcvt
 //     | lean_stages3_rowsum | lean_stages3_rowsum_lazy
 //     (stages per consumer pipe)
 // pingpong: the two consumer warpgroups take turns on the tensor cores (named
