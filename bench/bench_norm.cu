@@ -101,15 +101,6 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   record("layer_norm", 4 * E, [&](int i) {
     return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream);
   });
-  // The NormRowsKernel::Teams variants (persistent warp teams, weight / bias staged), same run.
-  record("rms_norm_teams", 4 * E, [&](int i) {
-    return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream,
-                                      td::kernels::NormRowsKernel::Teams);
-  });
-  record("layer_norm_teams", 4 * E, [&](int i) {
-    return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream,
-                                        td::kernels::NormRowsKernel::Teams);
-  });
   record("adaln_modulate", 4 * E, [&](int i) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
                                             rows, dim, eps, stream, td::kernels::AdaLnRows::One);
@@ -118,11 +109,6 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   record("adaln_modulate_rows2", 4 * E, [&](int i) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
                                             rows, dim, eps, stream, td::kernels::AdaLnRows::Two);
-  });
-  // The AdaLnRows::Teams variant (persistent warp teams, staged modulation), same run.
-  record("adaln_modulate_teams", 4 * E, [&](int i) {
-    return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                            rows, dim, eps, stream, td::kernels::AdaLnRows::Teams);
   });
   // The Cta64 / Cta128 variants (the same kernels with 2 / 4 one-warp rows per
   // CTA at 1536; as the default at 5120), same run. Predicted at 1536:

@@ -75,7 +75,7 @@ struct Layout {
   bool in_place = false;         // y == x
 };
 
-// The layer_norm / rms_norm kernel variant check_rms / check_layer run (the Teams tests set it).
+// The layer_norm / rms_norm kernel variant check_rms / check_layer run (the Cta tests set it).
 NormRowsKernel g_norm_kernel = NormRowsKernel::Rows;
 
 void check_rms(ElemType xt, ElemType yt, int64_t rows, int64_t dim, bool with_weight, Layout l = {}) {
@@ -271,30 +271,6 @@ TEST(RmsNormGpu, RejectsWhatItCannotDo) {
   cudaFree(p);
 }
 
-// NormRowsKernel::Teams (persistent warp teams, weight staged in shared
-// memory): every type and size above (1-warp teams at 64..1536, 2 warps at
-// 4096, 4 at 5120), with and without weight, in place, mixed types and
-// misaligned / odd strides (-> the row engine), 3072 and 6144 (2 and 4 warps
-// x 6, the widest it takes), 8960 (wider: the engine runs), Wan's shapes.
-TEST(RmsNormGpu, TeamsVariantMatchesCpu) {
-  TD_REQUIRE_GPU();
-  g_norm_kernel = NormRowsKernel::Teams;
-  for (ElemType t : kActTypes) {
-    for (int64_t rows : kRowCounts)
-      for (int64_t dim : kDims) check_rms(t, t, rows, dim, (rows + dim) % 2 == 0);
-    check_rms(t, t, 333, 1536, true, {.x_pad = 16, .in_place = true});
-    check_rms(t, t, 37, 1536, true, {.x_offset = 1});
-    check_rms(t, t, 45, 3072, false);
-    check_rms(t, t, 77, 6144, true, {.x_pad = 8, .y_pad = 24});
-    check_rms(t, t, 19, 8960, true);
-  }
-  for (ElemType xt : kActTypes)
-    for (ElemType yt : kActTypes) check_rms(xt, yt, 37, 1000, true, {.x_pad = 8, .y_pad = 24});
-  check_rms(ElemType::BF16, ElemType::BF16, 32760, 1536, true);
-  check_rms(ElemType::BF16, ElemType::BF16, 1031, 5120, true);
-  g_norm_kernel = NormRowsKernel::Rows;
-}
-
 // NormRowsKernel::Cta64 / Cta128 (the row engine with 2 / 4 one-warp rows
 // per CTA below 1024 / 2048 columns... i.e. rows of <= 32 threads): every type
 // and size (row counts not multiples of 2 or 4: warps past the last row),
@@ -348,31 +324,6 @@ TEST(LayerNormGpu, WanShapes) {
   check_layer(ElemType::F32, ElemType::BF16, 32760, 1536, {true, true});  // Wan's fp32 residual -> norm3
   check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
   check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});  // UMT5 width
-}
-
-// NormRowsKernel::Teams for layer_norm (weight and bias staged): the cases
-// above with every weight / bias combination, plus 3072, 6144 and 8960.
-TEST(LayerNormGpu, TeamsVariantMatchesCpu) {
-  TD_REQUIRE_GPU();
-  g_norm_kernel = NormRowsKernel::Teams;
-  for (ElemType t : kActTypes) {
-    for (int64_t rows : kRowCounts)
-      for (int64_t dim : kDims) {
-        const int v = int((rows + dim) % 3);
-        check_layer(t, t, rows, dim, {v >= 1, v >= 2});
-      }
-    check_layer(t, t, 333, 5120, {true, true}, {.in_place = true});
-    check_layer(t, t, 37, 1536, {true, true}, {.x_offset = 3});
-    check_layer(t, t, 45, 3072, {true, false});
-    check_layer(t, t, 77, 6144, {true, true}, {.x_pad = 8, .y_pad = 24});
-    check_layer(t, t, 19, 8960, {false, true});
-  }
-  for (ElemType xt : kActTypes)
-    for (ElemType yt : kActTypes) check_layer(xt, yt, 37, 96, {true, true}, {.x_pad = 8, .y_pad = 8});
-  check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
-  check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
-  check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});
-  g_norm_kernel = NormRowsKernel::Rows;
 }
 
 // NormRowsKernel::Cta64 / Cta128 for layer_norm: the cases above with every
@@ -440,32 +391,6 @@ TEST(AdaLnModulateGpu, TwoRowsVariantMatchesCpu) {
   for (ElemType t : kActTypes) {
     check_adaln(t, t, 333, 5120, 111, {.in_place = true});
     check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
-  }
-  check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
-  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
-  g_adaln_rows = AdaLnRows::One;
-}
-
-// AdaLnRows::Teams (persistent warp teams, staged modulation): the same cases
-// (1-warp teams at 64..1536, 2 warps at 4096, 4 at 5120; samples changing
-// inside a CTA's run of rows, so rows whose modulation comes from global
-// memory; per-token modulation; in place; mixed types and misaligned rows ->
-// the default kernel), plus 3072 (2 warps x 6), 6144 (the widest
-// it takes: 4 warps x 6, 48 KB staged) and 8960 (wider: the default runs).
-TEST(AdaLnModulateGpu, TeamsVariantMatchesCpu) {
-  TD_REQUIRE_GPU();
-  g_adaln_rows = AdaLnRows::Teams;
-  for (ElemType t : kActTypes)
-    for (int64_t rows : kRowCounts)
-      for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
-  for (ElemType xt : kActTypes)
-    for (ElemType yt : kActTypes) check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});
-  for (ElemType t : kActTypes) {
-    check_adaln(t, t, 333, 5120, 111, {.in_place = true});
-    check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
-    check_adaln(t, t, 45, 3072, 45);
-    check_adaln(t, t, 77, 6144, 20, {.x_pad = 8, .y_pad = 24});
-    check_adaln(t, t, 19, 8960, 7);
   }
   check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
   check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);

@@ -22,7 +22,6 @@
 #include "kernels/norm/adaln_modulate.h"
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"
-#include "kernels/norm/norm_team.cuh"
 
 namespace td::kernels {
 namespace {
@@ -130,44 +129,12 @@ __global__ void __launch_bounds__(gpu::kMaxRowThreads) adaln_two_rows_kernel(con
   }
 }
 
-// AdaLnRows::Teams (variant beside the two above): the persistent warp-team
-// layout of layernorm_modulate_quant's WarpTeams kernel applied to the bf16
-// output. The profile of the default (H200, 32760 x 1536) shows 32-thread
-// CTAs, ~22 instructions per element, occupancy capped by the 32 resident
-// CTAs per SM, and the fp32 scale/shift re-read through L1 for every row.
-// Here (norm_team.cuh, TeamParams::Modulation):
-//  * 256-thread CTAs, one wave of them (SMs x resident CTAs), each over a
-//    contiguous run of rows; a row belongs to a team of 1, 2 or 4 warps
-//    (1536: 1 warp x 6 chunks per lane; 4096: 2 x 8 -> 4 x 4; 5120: 4 x 5),
-//    so 3 CTAs = 24 warps per SM at 1536 (2 for multi-warp teams)
-//    regardless of the per-SM limit of 32 CTAs;
-//  * the CTA's sample's (1 + scale) and shift staged once in shared memory
-//    (zero past the row; rows of another sample, only in a CTA whose run
-//    crosses a sample boundary, read them from global memory);
-//  * statistics by shuffles (multi-warp teams: each warp's (sum, M2)
-//    combined once through shared memory by Chan's formula, one named
-//    barrier per row instead of two __syncthreads).
-// Per element the same operations as the row engine: (x - mean) * rstd,
-// then * (1 + scale), then + shift, rstd = rsqrtf(var + eps); only the
-// statistics' summation order differs (ulp-level in mean/rstd, so an output
-// may differ from the default's by one bf16 ulp; the tests' bars hold).
-// Vector path, x and y of the same type, dim <= 6144 (staged parameters <=
-// 48 KB); otherwise the default kernel runs.
-// Counted per bf16 element: unpack 1, sum 1, centered square 2, normalise 2,
-// modulate 2, pack 0.5, LDS 0.5, LDG/STG 0.25, per-row ~1: ~10 against ~35
-// available at 4 TB/s (4 bytes per element): issue well below the HBM
-// limit, and the in-flight bytes (24 warps x 3 KB) cover the latency.
-// Predicted: 90-94% of copy at both Wan shapes (from 84-86%), if the
-// default's gap is the per-CTA overhead and L1 parameter traffic, as the
-// profile suggests (issue 62%, DRAM 68% of peak, L1 hit 66%).
-
-// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|teams|cta64|cta128 (read per
+// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|cta64|cta128 (read per
 // call, for A/B in benchmarks), else the one-row default.
 AdaLnRows resolve_rows(AdaLnRows v) {
   if (v != AdaLnRows::Auto) return v;
   const char* e = std::getenv("TURBODIFF_ADALN_ROWS");
   if (e != nullptr && std::strcmp(e, "2") == 0) return AdaLnRows::Two;
-  if (e != nullptr && std::strcmp(e, "teams") == 0) return AdaLnRows::Teams;
   if (e != nullptr && std::strcmp(e, "cta64") == 0) return AdaLnRows::Cta64;
   if (e != nullptr && std::strcmp(e, "cta128") == 0) return AdaLnRows::Cta128;
   return AdaLnRows::One;
@@ -229,19 +196,6 @@ Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
   a.eps = eps;
   const auto cs = static_cast<cudaStream_t>(stream);
   const bool two_rows = plan.chunk == 8 && variant == AdaLnRows::Two;
-  if (variant == AdaLnRows::Teams && plan.chunk == 8 && x_type == y_type && dim <= kTeamMaxDim) {
-    const RowPlan team = plan_team_rows(int(dim / 8), x_type == ElemType::F32);
-    if (team.vpt > 0) {
-      return act_type_dispatch(x_type, [&](auto xt) {
-        using XT = typename decltype(xt)::type;
-        const int tw = team.tpr / 32;
-        if (team.vpt == 4) return launch_norm_team<TeamParams::Modulation, XT, 4>(a, tw, cs);
-        if (team.vpt == 5) return launch_norm_team<TeamParams::Modulation, XT, 5>(a, tw, cs);
-        if (team.vpt == 6) return launch_norm_team<TeamParams::Modulation, XT, 6>(a, tw, cs);
-        return launch_norm_team<TeamParams::Modulation, XT, 8>(a, tw, cs);
-      });
-    }
-  }  // other shapes and mixed types: the default kernel
   return act_type_dispatch(x_type, [&](auto xt) {
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {

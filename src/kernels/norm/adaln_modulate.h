@@ -26,19 +26,14 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
 //         their fp32 scale/shift once (vector path; rows that would not fit
 //         in 64 registers per thread take One). Candidate for issue 3's
 //         bandwidth bar: flip Auto once measured faster on the H200.
-//   Teams persistent 256-thread CTAs (one wave), a row per team of 1, 2 or
-//         4 warps, the CTA's sample's 1 + scale and shift staged once in
-//         shared memory, statistics by shuffles (multi-warp teams: one
-//         named barrier per row). Same per-element operations, statistics
-//         summed in another order (an output may differ from One's by one
-//         ulp). Vector path, x and y of one type, dim <= 6144; otherwise One.
-//         Candidate for issue 3's bandwidth bar.
 //   Cta64 / Cta128  One's kernel with 64- / 128-thread CTAs: rows narrower
 //         than the CTA (1536: one warp per row) go 2 / 4 per CTA, each warp
 //         its own row, no CTA-wide barrier; wider rows as One. Bit-identical
 //         to One (norm_variant.h says why it might help).
-//   Auto  TURBODIFF_ADALN_ROWS=2|teams|cta64|cta128 if set, else One.
-enum class AdaLnRows { Auto, One, Two, Teams, Cta64, Cta128 };
+//   Auto  TURBODIFF_ADALN_ROWS=2|cta64|cta128 if set, else One.
+// (A persistent warp-team variant, Teams, measured 76-77% of copy against
+// One's 83-86% on the H200 on 2026-11-30 and was removed.)
+enum class AdaLnRows { Auto, One, Two, Cta64, Cta128 };
 
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,

@@ -13,20 +13,9 @@
 //   32760 x 1536: 201.3 MB -> 50.3 us   (PyTorch 122 us, TurboDiffusion Triton 148 us)
 //   75600 x 5120: 1548.3 MB -> 387.1 us (PyTorch 525 us, TurboDiffusion Triton 687 us)
 // Measured (H200, bench_norm, one run): 58.0 us = 87% of copy bandwidth; 408 us = 89%.
-// NormRowsKernel::Teams (norm_team.cuh, TeamParams::LayerAffine; env
-// TURBODIFF_NORM_KERNEL=teams): weight / bias staged once per 256-thread CTA,
-// persistent rows, 3 CTAs = 24 warps per SM at 1536 (the engine: 32
-// one-warp CTAs, capped by the per-SM CTA limit, 7.8 waves). Counted per
-// bf16 element: unpack 1, sum 1, centered square 2, normalise + affine 3,
-// pack 0.5, LDS 0.5, LDG/STG 0.25, per row ~1: ~10 against the engine's
-// 23.6 (profile) and ~35 available at 4 TB/s (4 bytes per element).
-// Predicted: 90-93% of copy at 1536 (from 88%), ~90% at 5120 (from 89%):
-// the profile's gap is not issue (69%) but per-CTA overhead and the tail
-// of 7.8 waves of tiny CTAs; the gain is uncertain, hence a variant.
 #include "kernels/norm/layer_norm.h"
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"
-#include "kernels/norm/norm_team.cuh"
 
 namespace td::kernels {
 
@@ -54,20 +43,6 @@ Status layer_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
   a.dim = int(dim);
   a.eps = eps;
   const auto cs = static_cast<cudaStream_t>(stream);
-  if (variant == NormRowsKernel::Teams && plan.chunk == 8 && x_type == y_type &&
-      dim <= kTeamMaxDim) {
-    const RowPlan team = plan_team_rows(int(dim / 8), x_type == ElemType::F32);
-    if (team.vpt > 0) {
-      return act_type_dispatch(x_type, [&](auto xt) {
-        using XT = typename decltype(xt)::type;
-        const int tw = team.tpr / 32;
-        if (team.vpt == 4) return launch_norm_team<TeamParams::LayerAffine, XT, 4>(a, tw, cs);
-        if (team.vpt == 5) return launch_norm_team<TeamParams::LayerAffine, XT, 5>(a, tw, cs);
-        if (team.vpt == 6) return launch_norm_team<TeamParams::LayerAffine, XT, 6>(a, tw, cs);
-        return launch_norm_team<TeamParams::LayerAffine, XT, 8>(a, tw, cs);
-      });
-    }
-  }  // other shapes and mixed types: the row engine
   return act_type_dispatch(x_type, [&](auto xt) {
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {

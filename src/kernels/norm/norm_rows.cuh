@@ -14,7 +14,11 @@
 // because row_sum may need every thread of the block at its barrier.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/norm/norm_common.cuh"
+#include "kernels/norm/norm_variant.h"
 
 namespace td::kernels::gpu {
 
@@ -244,6 +248,23 @@ Status launch_norm_rows(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t
     return Status::InvalidArgument;
   }
   return launch_status();
+}
+
+// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=cta64|cta128 (read per call,
+// for A/B in benchmarks), else Rows.
+inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
+  if (k != NormRowsKernel::Auto) return k;
+  const char* e = std::getenv("TURBODIFF_NORM_KERNEL");
+  if (e == nullptr) return NormRowsKernel::Rows;
+  if (std::strcmp(e, "cta64") == 0) return NormRowsKernel::Cta64;
+  if (std::strcmp(e, "cta128") == 0) return NormRowsKernel::Cta128;
+  return NormRowsKernel::Rows;
+}
+
+// The row engine's CTA size for a resolved variant (Cta64 / Cta128: several
+// one-warp rows per CTA; Rows the engine's default).
+inline int engine_block_threads(NormRowsKernel k) {
+  return k == NormRowsKernel::Cta64 ? 64 : k == NormRowsKernel::Cta128 ? 128 : kRowBlockThreads;
 }
 
 }  // namespace td::kernels::gpu

@@ -2,11 +2,6 @@
 // bar; the lead flips Auto after measuring on the H200):
 //   Rows   the row engine (norm_rows.cuh): one row per 32-thread CTA at
 //          1536 wide, parameters through L1 per row (the default);
-//   Teams  the persistent warp-team kernel (norm_team.cuh): 256-thread CTAs
-//          in one wave, weight / bias staged once per CTA in shared memory,
-//          statistics by shuffles. Vector path, x and y of one type, dim <=
-//          6144; otherwise Rows. An output may differ from Rows' by one ulp
-//          of its type (statistics summed in another order).
 //   Cta64 / Cta128  the row engine's kernel with 64- / 128-thread CTAs:
 //          rows narrower than the CTA (1536: one warp per row) go 2 / 4 per
 //          CTA, each warp its own row (shuffle reductions, no CTA-wide
@@ -22,11 +17,13 @@
 //          registers: 20-21 warps per SM whatever the CTA size) unchanged;
 //          5120 (160-thread rows) runs as Rows. Not enough for the 90% bar
 //          alone: the rest is instructions (23.6 per element, profile).
-//   Auto   TURBODIFF_NORM_KERNEL=teams|cta64|cta128 if set (read per call), else Rows.
+//   Auto   TURBODIFF_NORM_KERNEL=cta64|cta128 if set (read per call), else Rows.
+// (A persistent warp-team variant, Teams, measured 75-83% of copy against
+// the row engine's 83-97% on the H200 on 2026-11-30 and was removed.)
 #pragma once
 
 namespace td::kernels {
 
-enum class NormRowsKernel { Auto, Rows, Teams, Cta64, Cta128 };
+enum class NormRowsKernel { Auto, Rows, Cta64, Cta128 };
 
 }  // namespace td::kernels

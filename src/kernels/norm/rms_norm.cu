@@ -17,17 +17,8 @@
 //   32760 x 1536: 201.3 MB -> 50.3 us   (PyTorch 79 us, TurboDiffusion Triton 102 us)
 //   75600 x 5120: 1548.3 MB -> 387.1 us (PyTorch 468 us, TurboDiffusion Triton 475 us)
 // Measured (H200, bench_norm, one run): 55.7 us = 90% of copy bandwidth; 374 us = 97.5%.
-// NormRowsKernel::Teams (norm_team.cuh, TeamParams::RmsWeight; env
-// TURBODIFF_NORM_KERNEL=teams): weight staged once per 256-thread CTA,
-// persistent rows, 4 CTAs = 32 warps per SM at 1536 (64 registers, no
-// spills). Counted per bf16 element: unpack 1, square 1, normalise +
-// weight 2, pack 0.5, LDS 0.25, LDG/STG 0.25, per row ~0.5: ~6 against the
-// engine's 18 (profile, issue 56%). Predicted: 92-95% of copy at 1536 (from
-// 89%; the engine's gap there is per-CTA overhead and 7.8 waves of one-warp
-// CTAs, as 5120 (160-thread CTAs) already reaches 97%), unchanged at 5120.
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"
-#include "kernels/norm/norm_team.cuh"
 #include "kernels/norm/rms_norm.h"
 
 namespace td::kernels {
@@ -55,20 +46,6 @@ Status rms_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
   a.dim = int(dim);
   a.eps = eps;
   const auto cs = static_cast<cudaStream_t>(stream);
-  if (variant == NormRowsKernel::Teams && plan.chunk == 8 && x_type == y_type &&
-      dim <= kTeamMaxDim) {
-    const RowPlan team = plan_team_rows(int(dim / 8), x_type == ElemType::F32);
-    if (team.vpt > 0) {
-      return act_type_dispatch(x_type, [&](auto xt) {
-        using XT = typename decltype(xt)::type;
-        const int tw = team.tpr / 32;
-        if (team.vpt == 4) return launch_norm_team<TeamParams::RmsWeight, XT, 4>(a, tw, cs);
-        if (team.vpt == 5) return launch_norm_team<TeamParams::RmsWeight, XT, 5>(a, tw, cs);
-        if (team.vpt == 6) return launch_norm_team<TeamParams::RmsWeight, XT, 6>(a, tw, cs);
-        return launch_norm_team<TeamParams::RmsWeight, XT, 8>(a, tw, cs);
-      });
-    }
-  }  // other shapes and mixed types: the row engine
   return act_type_dispatch(x_type, [&](auto xt) {
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {
