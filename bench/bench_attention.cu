@@ -17,18 +17,9 @@
 // sage_sm90 (default dense schedule, overlap), sage_sm90_plain,
 // sage_sm90_pingpong, sage_sm90_fastcvt, sage_sm90_pingpong_fastcvt,
 // sage_sm90_fastcvt_poly, sage_sm90_pingpong_fastcvt_poly, sage_sm90_lean,
-// sage_sm90_lean_fastcvt, sage_sm90_lean_fastcvt_poly, sage_sm90_lean_pingpong,
-// sage_sm90_lean_rowsum, sage_sm90_lean_rowsum_lazy;
+// sage_sm90_lean_fastcvt, sage_sm90_lean_fastcvt_poly, sage_sm90_lean_pingpong;
 // sparse 2-stage (default), *_stages3, *_stages3_fastcvt, *_stages3_fastcvt_poly,
-// *_lean, *_lean_stages3, *_lean_fastcvt, *_lean_stages3_rowsum and
-// *_lean_stages3_rowsum_lazy.
-// Predictions for the row-sums-on-the-tensor-cores variants (Σ P̃ as P̃·1, see
-// sage_attention_sm90.cu): sage_sm90_lean_rowsum 4-7% under sage_sm90_lean
-// (8.62 -> ~8.1-8.3 ms at 1x12x32760x128, 144.5 -> ~136-139 ms at 1x40x75600);
-// *_sparse_topk*_lean_stages3_rowsum 2-5% under *_lean_stages3;
-// sage_sm90_lean_rowsum_lazy (fold O = O·α + O_tmp only when a max moved) a
-// further 3-6% (~7.7-8.0 ms, ~128-134 ms); *_lean_stages3_rowsum_lazy within
-// ±2% of *_lean_stages3_rowsum (short rows: the maxima still move).
+// *_lean, *_lean_stages3 and *_lean_fastcvt.
 //   bench_attention [name-filter-substring] [--no-flash] [--no-sparse]
 #include <cuda_bf16.h>
 #if TURBODIFF_HAVE_CUDNN
@@ -236,7 +227,7 @@ int main(int argc, char** argv) {
         // "sage_sm90" above is the default, overlap), same process, same inputs.
         for (const char* variant : {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
                                     "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly",
-                                    "lean_pingpong", "lean_rowsum", "lean_rowsum_lazy"}) {
+                                    "lean_pingpong"}) {
           setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
           const std::string vkey = std::string("sage_sm90_") + variant;
           run(0);
@@ -282,8 +273,7 @@ int main(int argc, char** argv) {
           // sm_90a: the default 2-stage pipes, then the other variants
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>, key suffix _<variant>).
           for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly",
-                                                                      "lean", "lean_stages3", "lean_fastcvt",
-                                                                      "lean_stages3_rowsum", "lean_stages3_rowsum_lazy"}
+                                                                      "lean", "lean_stages3", "lean_fastcvt"}
                                           : std::vector<const char*>{""}) {
             const bool deep = variant[0] != 0;
             if (deep) setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);

@@ -6,16 +6,9 @@
 // SageAttention-style kernel with its quantization passes, linear branch).
 // The sparse kernels' dense-equivalent throughput is 4·B·H·L²·D / time.
 // CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
-// On sm_90a `sagesla_sparse_lean`, `sagesla_sparse_lean_stages3`,
-// `sagesla_sparse_lean_fastcvt`, `sagesla_sparse_lean_stages3_rowsum` and
-// `sagesla_sparse_lean_stages3_rowsum_lazy` time the sparse kernel's lean
-// variants (TURBODIFF_SAGE_SM90_SPARSE) on the same LUT beside
-// `sagesla_sparse` (the default, lean_stages3). Predictions: lean_stages3_rowsum
-// (row sums as P̃·1 on the tensor cores: 64 FADD fewer per tile and thread)
-// 2-5% under lean_stages3 (sparse rows are short, more of their time is fixed
-// cost); lean_stages3_rowsum_lazy (O = O·α + O_tmp only when a max moved)
-// within ±2% of lean_stages3_rowsum (13-26 random tiles per row: the maxima
-// keep moving).
+// On sm_90a `sagesla_sparse_lean`, `sagesla_sparse_lean_stages3` and
+// `sagesla_sparse_lean_fastcvt` time the sparse kernel's lean variants
+// (TURBODIFF_SAGE_SM90_SPARSE) on the same LUT beside `sagesla_sparse`.
 // Block selection's top-k in both variants side by side: `*_select` / `*_total`
 // with the bitonic sort (the default), `*_select_radix` / `*_total_radix` with
 // the radix select (SlaTopkAlgo::Radix; the same LUT); `sagesla_total_overlap` /
@@ -305,8 +298,7 @@ int main(int argc, char** argv) {
           // The sm_90a sparse kernel's lean variants beside the default
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>): sagesla_sparse_<variant>.
           if (major == 9) {
-            for (const char* variant :
-                 {"lean", "lean_stages3", "lean_fastcvt", "lean_stages3_rowsum", "lean_stages3_rowsum_lazy"}) {
+            for (const char* variant : {"lean", "lean_stages3", "lean_fastcvt"}) {
               setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);
               const std::string key = std::string("sagesla_sparse_") + variant;
               Status vst = Status::Ok;

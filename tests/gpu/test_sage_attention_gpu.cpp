@@ -242,15 +242,6 @@ struct VariantRun {
   std::string label() const {
     return std::string(be_name(be)) + (env ? std::string(" ") + env + "=" + value : std::string());
   }
-  // The *_rowsum* variants sum the e4m3-rounded P̃ on the tensor cores (P̃·1):
-  // their simulation does the same (SageSimOptions::l_from_rounded_p), so the
-  // bars stay as tight as the others'. (*_lazy folds P̃·V less often: the same
-  // arithmetic in another fp32 order, not simulated; see kLazyFold.)
-  kernels::SageSimOptions sim() const {
-    kernels::SageSimOptions o;
-    o.l_from_rounded_p = value != nullptr && std::string(value).find("rowsum") != std::string::npos;
-    return o;
-  }
 };
 // Every backend, and every sm_90a variant that serves the problem kind.
 std::vector<VariantRun> device_runs(bool sparse) {
@@ -260,13 +251,11 @@ std::vector<VariantRun> device_runs(bool sparse) {
       out.push_back({be});
     } else if (sparse) {
       for (const char* v :
-           {"stages2", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly", "lean", "lean_stages3", "lean_fastcvt",
-            "lean_stages3_rowsum", "lean_stages3_rowsum_lazy"})
+           {"stages2", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly", "lean", "lean_stages3", "lean_fastcvt"})
         out.push_back({be, "TURBODIFF_SAGE_SM90_SPARSE", v});
     } else {
       for (const char* v : {"overlap", "plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
-                            "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly", "lean_pingpong",
-                            "lean_rowsum", "lean_rowsum_lazy"})
+                            "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly", "lean_pingpong"})
         out.push_back({be, "TURBODIFF_SAGE_SM90_DENSE", v});
     }
   }
@@ -336,7 +325,7 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     std::vector<float> sim_o(exact_o.size()), sim_lse(static_cast<size_t>(nlse));
     const SageSparse hsp{f->lut.data(), c.n_sel, c.block_q, c.block_k};
     ASSERT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(),
-                                          c.n_sel ? &hsp : nullptr, be, run.sim()),
+                                          c.n_sel ? &hsp : nullptr, be),
               Status::Ok)
         << kernels::attention_last_error();
     const test::Accuracy vs_sim = test::compare(g.o, std::vector<double>(sim_o.begin(), sim_o.end()));
@@ -347,15 +336,8 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     // max, and the fp32 LSE then loses ~1e-3 to cancellation (H200, 2026-11-30:
     // 2.3e-3 to 2.7e-3 against the simulation on the structured cases, with the
     // same error against exact attention as the default kernel): their bar is 4e-3.
-    // The rowsum variants accumulate l = Σ P̃ in the FP8 wgmma's fp32
-    // accumulator, whose adds are of reduced precision (the reason for the
-    // two-level P̃·V accumulation): the simulation sums the same rounded P̃
-    // exactly, and the LSE differs by up to ~2e-3 (H200, 2026-11-30: 2.29e-3
-    // for dense lean_rowsum on structured_1000_d128, the output itself within
-    // 1.7e-3 rel L2 of the simulation): their bar is 4e-3 too.
     const bool offset_in_max = run.label().find("fastcvt") != std::string::npos;
-    const bool l_in_wgmma = run.label().find("rowsum") != std::string::npos;
-    EXPECT_LE(sim_lse_err, offset_in_max || l_in_wgmma ? 2 * kSimMaxLseAbs : kSimMaxLseAbs);
+    EXPECT_LE(sim_lse_err, offset_in_max ? 2 * kSimMaxLseAbs : kSimMaxLseAbs);
 
     const test::Accuracy vs_exact = test::compare(g.o, exact);
     EXPECT_GE(vs_exact.cosine, kMinCosine) << vs_exact.str();
@@ -467,25 +449,14 @@ TEST(SageAttentionGpuSparse, OutOfRangeLutEntriesAreSkipped) {
   }
   f->lut = lut3;
 
-  // The simulation of the row without the entry, for l from unrounded P̃ and,
-  // for the *_rowsum variants, from the e4m3-rounded P̃ (VariantRun::sim).
-  struct Sim {
-    std::vector<double> o;
-    std::vector<float> lse;
-  };
-  auto simulate = [&](const kernels::SageSimOptions& so) {
-    std::vector<float> sim_o(size_t(c3.batch * c3.heads * c3.len_q * c3.head_dim)),
-        sim_lse(static_cast<size_t>(kernels::attention_lse_count(f->pf)));
-    const SageSparse hsp{lut2.data(), 2, c3.block_q, c3.block_k};
-    EXPECT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(),
-                                          &hsp, SageBackend::Sm90, so),
-              Status::Ok)
-        << kernels::attention_last_error();
-    return Sim{std::vector<double>(sim_o.begin(), sim_o.end()), sim_lse};
-  };
-  kernels::SageSimOptions rounded;
-  rounded.l_from_rounded_p = true;
-  const Sim sims[2] = {simulate({}), simulate(rounded)};
+  std::vector<float> sim_o(size_t(c3.batch * c3.heads * c3.len_q * c3.head_dim)),
+      sim_lse(static_cast<size_t>(kernels::attention_lse_count(f->pf)));
+  const SageSparse hsp{lut2.data(), 2, c3.block_q, c3.block_k};
+  ASSERT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(), &hsp,
+                                        SageBackend::Sm90),
+            Status::Ok)
+      << kernels::attention_last_error();
+  const std::vector<double> sim(sim_o.begin(), sim_o.end());
   int runs = 0;
   for (const VariantRun& run : device_runs(true)) {
     if (run.be != SageBackend::Sm90) continue;
@@ -494,8 +465,6 @@ TEST(SageAttentionGpuSparse, OutOfRangeLutEntriesAreSkipped) {
     const GpuOut g = run_gpu(*f, c3, run.be);
     ASSERT_EQ(g.status, Status::Ok) << kernels::attention_last_error();
     EXPECT_EQ(g.padding_touched, 0u);
-    const std::vector<double>& sim = sims[run.sim().l_from_rounded_p ? 1 : 0].o;
-    const std::vector<float>& sim_lse = sims[run.sim().l_from_rounded_p ? 1 : 0].lse;
     const test::Accuracy vs_sim = test::compare(g.o, sim);
     EXPECT_EQ(vs_sim.nonfinite, 0u) << vs_sim.str();
     TD_EXPECT_CLOSE(vs_sim, kSimMaxRelL2, kSimMinCosine);

@@ -46,8 +46,7 @@ enum class SageBackend { Auto, Sm90, Portable };
 //   Online softmax over key tiles (64 keys portable, 128 sm_90a) in the order
 //   the kernel visits them (LUT order when sparse): m = running max of S,
 //   P̃ = exp2(S - m) rounded to FP16 (portable) or P̃·448 to e4m3 (sm_90a),
-//   l = Σ P̃ unrounded (fp32; the sm_90a *_rowsum variants: Σ of the rounded
-//   P̃, see SageSimOptions), O = (Σ P̃·vq) · sv / l,
+//   l = Σ P̃ unrounded (fp32), O = (Σ P̃·vq) · sv / l,
 //   LSE = (m + log2 l)·ln 2 + scale·(q·km)   (the K-smoothing correction).
 // An all-zero Q row or K block gets scale 0 (its INT8 values are 0).
 constexpr int64_t kSageKScaleBlock = 64;  // keys per K scale
@@ -59,15 +58,8 @@ constexpr int64_t kSageKScaleBlock = 64;  // keys per K scale
 // every index must be in [0, KB) (InvalidArgument otherwise). Multi-threaded
 // over (batch, head) with td::parallel_for. For exact attention use
 // attention_cpu; this one shows what the quantization costs.
-// SageSimOptions: which of the kernels' equivalent formulations to simulate.
-//   l_from_rounded_p: l = Σ of the ROUNDED P̃ (the FP16 / e4m3 values that
-//   multiply V) instead of the unrounded fp32 P̃: the sm_90a *_rowsum variants
-//   take the row sums from the tensor cores as P̃·1 (sage_attention_internal.h).
-struct SageSimOptions {
-  bool l_from_rounded_p = false;
-};
 Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-                          const SageSparse* sparse, SageBackend backend, const SageSimOptions& sim = {});
+                          const SageSparse* sparse, SageBackend backend);
 
 // Argument checks shared by the CPU reference and the kernels: attention_check,
 // then the sparse block sizes (64 or 128 each, n_sel in [1, KB]).

@@ -59,7 +59,7 @@ Status sage_sparse_check(const AttnProblem& p, const SageSparse* sparse) {
 }
 
 Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-                          const SageSparse* sparse, SageBackend backend, const SageSimOptions& sim) {
+                          const SageSparse* sparse, SageBackend backend) {
   using detail::attn_fail;
   if (Status s = sage_sparse_check(p, sparse); s != Status::Ok) return s;
   if (!q || !k || !v || !o) return attn_fail(Status::InvalidArgument, "sage_attention_cpu: null pointer");
@@ -157,8 +157,8 @@ Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, co
           for (int64_t t = t0; t < t1; ++t) {
             float pt = std::exp2(s[size_t(t - t0)] - m);
             if (fp8) pt *= 448.f;
+            l += pt;
             const float pr = fp8 ? f8e4m3_to_f32(f32_to_f8e4m3(pt)) : f16_to_f32(f32_to_f16(pt));
-            l += sim.l_from_rounded_p ? pr : pt;
             const float* vr = &vq[size_t(t * D)];
             for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += pr * vr[c];
           }

@@ -81,12 +81,10 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // the defaults are the measured-best ones):
 //   TURBODIFF_SAGE_SM90_DENSE = overlap | plain | pingpong | fastcvt
 //     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean (default)
-//     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong | lean_rowsum
-//     | lean_rowsum_lazy
+//     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong
 //     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
 //   TURBODIFF_SAGE_SM90_SPARSE = stages2 | stages3 | stages3_fastcvt
 //     | stages3_fastcvt_poly | lean | lean_stages3 (default) | lean_fastcvt
-//     | lean_stages3_rowsum | lean_stages3_rowsum_lazy
 //     (stages per consumer pipe)
 // pingpong: the two consumer warpgroups take turns on the tensor cores (named
 // barriers); fastcvt: INT32 scores to float by an integer add of 1.5·2^23's
@@ -95,15 +93,7 @@ __host__ __device__ inline int v_fp8_position(int k) {
 // too) with the whole softmax and the P̃ pack before the wait for P̃·V (the
 // default's wait lands before the exp phase), K scales and LUT entries handed
 // over in shared memory by the producer, row max / row sum in split chains,
-// the epilogue's scales staged in shared memory, no spills; _rowsum: lean
-// with the row sums Σ P̃ on the tensor cores (P̃·1, an m64n8k32 e4m3 wgmma per
-// k-step beside P̃·V, on a constant shared-memory tile of e4m3 1.0), folded
-// into l like O: the 64 FADD per tile of the softmax's row sums go away, and l
-// is the sum of the e4m3-rounded P̃ (sage_attention_cpu models it with
-// SageSimOptions::l_from_rounded_p, which the GPU tests set for the
-// variants named *_rowsum*); _lazy: and the second accumulation level
-// (O = O·α + O_tmp) only when a row maximum of the warpgroup moved, at most
-// every 4 tiles (P̃·V accumulating in the wgmma accumulator in between).
+// the epilogue's scales staged in shared memory, no spills.
 enum class Sm90Dense {
   Overlap,
   Plain,
@@ -115,36 +105,19 @@ enum class Sm90Dense {
   Lean,
   LeanFastCvt,
   LeanFastCvtPoly,
-  LeanPingPong,
-  LeanRowSum,
-  LeanRowSumLazy
+  LeanPingPong
 };
-enum class Sm90Sparse {
-  Stages2,
-  Stages3,
-  Stages3FastCvt,
-  Stages3FastCvtPoly,
-  Lean,
-  LeanStages3,
-  LeanFastCvt,
-  LeanStages3RowSum,
-  LeanStages3RowSumLazy
-};
+enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly, Lean, LeanStages3, LeanFastCvt };
 // Defaults (H200, 2026-11-30, bench_attention / bench_sla, same process as
 // cuDNN; every variant passed the GPU tests first): dense lean 8.62 ms vs the
 // overlap schedule's 9.45 ms at 1x12x32760x128 (1.36x vs 1.24x cuDNN), 144.5
 // vs 163.8 ms at 1x40x75600 (1.43x vs 1.26x); sparse lean_stages3 1.41 vs
 // 1.48 ms at topk 0.1 (32760) and 20.2 vs 20.7 ms (75600). The previous
 // defaults stay reachable: TURBODIFF_SAGE_SM90_DENSE=overlap,
-// TURBODIFF_SAGE_SM90_SPARSE=stages2. Fourth run: sparse lean_stages3_rowsum
-// (row sums on the tensor cores) 1.33 vs 1.42 ms at topk 0.1 (1x12x32760),
-// 19.1-19.4 vs 20.1-20.2 ms (1x40x75600), its GPU tests passed; it is NOT the
-// default yet: as the default, the tests that compare the default against the
-// fp32 simulation (ops::sage_attention's CPU path included) failed in the
-// fifth run, because that simulation sums the unrounded P̃ unless told
-// (SageSimOptions::l_from_rounded_p) and ops does not tell it. Making it the
-// default needs the CPU path to model the default's row sums first. The dense
-// rowsum variants were 1-3% slower than lean.
+// TURBODIFF_SAGE_SM90_SPARSE=stages2. (Variants with the row sums Σ P̃ on
+// the tensor cores were measured in the fourth run, 6% faster sparse and 1-3%
+// slower dense, and removed: their LSE strayed up to 8e-3 from the fp32
+// simulation on a structured head_dim-64 sparse case.)
 struct Sm90Variant {
   Sm90Dense dense = Sm90Dense::Lean;
   Sm90Sparse sparse = Sm90Sparse::LeanStages3;

@@ -51,11 +51,6 @@ struct Sm90Traits {
   using MmaQK = decltype(make_tiled_mma(SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN{}));
   using MmaPV = decltype(make_tiled_mma(std::conditional_t<D == 128, SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>,
                                                            SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>>{}));
-  // kTcSum: the row sums Σ P̃ as P̃·1 on the tensor cores, 8 identical columns
-  // (n8: the smallest wgmma N) from a constant tile of e4m3 1.0. The A operand
-  // (P̃ in registers) has the same fragment layout for every N.
-  using MmaSum = decltype(make_tiled_mma(SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_RS_TN<>{}));
-  using SmemOnes = decltype(tile_to_shape(VAtom{}, make_shape(Int<8>{}, Int<kBK>{})));  // one 1 KB swizzle atom
   using GmemLayout = cute::Layout<Shape<int, int>, Stride<int64_t, _1>>;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
                                       SmemQ{}(_, _, 0)));
@@ -125,17 +120,6 @@ struct LeanShared {
   float vscale[2][D];       // per consumer warpgroup
   float qkm[2][kBQ];
 };
-// kTcSum's constant B operand, after LeanShared at the next 1 KB boundary (a
-// 128-byte-swizzle atom is 8 rows x 128 bytes and its descriptor assumes the
-// 1 KB alignment; every byte is 1.0, so the swizzle permutes equal bytes and
-// the GMMA sees 1.0 whatever the layout). Written once by the producer
-// warpgroup before the CTA's first barrier, shared by both consumers: its
-// address is then a constant of the kernel (one per-warpgroup copy put the
-// descriptors in per-thread registers and ptxas spilled four of them, 32
-// bytes reloaded every tile).
-constexpr size_t kOnesBytes = 8 * kBK;
-constexpr uint32_t kE4m3One4 = 0x38383838u;  // four e4m3 1.0
-__host__ __device__ constexpr size_t ones_offset(size_t lean_end) { return (lean_end + 1023) / 1024 * 1024; }
 __device__ __forceinline__ void st_shared_f4(const void* ptr, float4 v) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(uint32_t(__cvta_generic_to_shared(ptr))), "f"(v.x),
                "f"(v.y), "f"(v.z), "f"(v.w)
@@ -174,32 +158,7 @@ constexpr float kMagicBias = 12582912.f;  // 1.5 · 2^23
 // kPolyExp: half of the exp2 of P̃ (every other column pair) by poly_exp2 on
 // the FMA pipe, the other half on MUFU (FA4's split), so the MUFU/conversion
 // pipe carries ~3/4 of its load.
-// kTcSum (kLean only): the row sums come from the tensor cores (MmaSum
-// above): P̃·1 is issued with P̃·V of the same tile into a 4-register fp32
-// accumulator and folded into l like O (l = l·α + Σ), so the softmax keeps
-// only max / exp2 / pack: 64 FADD fewer per tile and thread, +2 FFMA at the
-// fold, no quad shuffles in the epilogue (every thread holds its rows' full
-// sums). l is then Σ of the e4m3-rounded P̃ that multiplies V (numerator and
-// denominator from the same values), which the simulation models with
-// SageSimOptions::l_from_rounded_p.
-// kLazyFold (kTcSum only; 0: off): the second accumulation level runs only
-// when a row's max moved. After the softmax of tile j+1, the consumer
-// warpgroup votes (bar.red.and over its 128 threads: the wgmma accumulate
-// flag must be the same for the whole warpgroup) on α(j+1) == 1 for all 64
-// rows, i.e. no running max changed. If so, tile j is not folded: P̃·V and
-// P̃·1 of tile j+1 accumulate onto the same wgmma accumulators (ScaleOut::One),
-// and O = O·α + O_tmp, l = l·α + Σ (α of the group's first tile) run once per
-// group, at most kLazyFold tiles long. Exact in real arithmetic (α = 1 between
-// the group's tiles); only the fp32 rounding changes: the FP8 wgmma
-// accumulates in reduced precision (~14 mantissa bits kept at each add into
-// the accumulator, which is why the two-level accumulation exists), and a
-// group of T tiles makes 4T such adds per element instead of 4. T = 4: 16
-// adds, worst case ~16·2^-14 ≈ 1e-3 relative on O_tmp, random-signed in
-// practice (~2.5e-4), beside the simulation bar of 5e-3 relative L2 and the
-// e4m3 rounding of P̃ (2^-4 per value); so the simulation (one fold per tile
-// in fp32) is left as it is.
-template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt, bool kPolyExp, bool kLean,
-          bool kTcSum = false, int kLazyFold = 0>
+template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt, bool kPolyExp, bool kLean>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
@@ -213,8 +172,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kPingPong = kSched == kSchedPingPong;
   static_assert(!(kSparse && kPingPong), "ping-pong needs both consumers on the same tiles (dense)");
   static_assert(!kLean || kOverlap, "kLean has its own overlap schedule (with or without ping-pong)");
-  static_assert(!kTcSum || kLean, "kTcSum is a lean variant");
-  static_assert(kLazyFold == 0 || (kTcSum && !kPingPong), "kLazyFold: on the rowsum variants, barrier 3 + c free");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   using Lean = LeanShared<D, C::kAllStages>;
@@ -244,15 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       cutlass::arch::ClusterBarrier::init(&sh.empty[s], kSparse ? 4 : 8);  // consumer warps reading the stage
     }
     cutlass::arch::fence_barrier_init();
-  }
-  if constexpr (kTcSum) {
-    // The ones tile (8 bytes per producer thread), made visible to the async
-    // proxy (the wgmma operand reads) before the barrier below.
-    if (threadIdx.x < kOnesBytes / 8) {
-      *reinterpret_cast<uint2*>(smem_raw + ones_offset(sizeof(typename C::Shared) + sizeof(Lean)) + threadIdx.x * 8) =
-          make_uint2(kE4m3One4, kE4m3One4);
-      cutlass::arch::fence_view_async_shared();
-    }
   }
   if (warp == 0 && lane == 0) {
     cute::prefetch_tma_descriptor(tma_q.get_tma_descriptor());
@@ -387,15 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         make_tensor(make_smem_ptr(static_cast<float_e4m3_t*>(nullptr)), cute::Layout<Shape<Int<kBQ>, Int<kBK>>>{}));
     static_assert(size(tOrP) == kBK * kBQ / 128, "P fragment: 64 e4m3 values per thread");
     uint32_t* preg = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
-    // kTcSum (unused otherwise): the ones tile, its B descriptor and the P̃·1
-    // accumulator ((2,2,1): rows g, g+8, two equal columns each).
-    uint8_t* ones_smem = smem_raw + ones_offset(sizeof(typename C::Shared) + sizeof(Lean));
-    typename T::MmaSum mma_sum;
-    auto thr_sum = mma_sum.get_thread_slice(tid);
-    Tensor sOnes = make_tensor(make_smem_ptr(reinterpret_cast<float_e4m3_t*>(ones_smem)), typename T::SmemOnes{});
-    Tensor tLrOnes = thr_sum.make_fragment_B(thr_sum.partition_B(sOnes));  // (.., .., k); k-step 0 serves all
-    Tensor acc_l = partition_fragment_C(mma_sum, make_shape(Int<kBQ>{}, Int<8>{}));
-    static_assert(size(acc_l) == 4, "P̃·1: 4 fp32 per thread");
 
     // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
     const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
@@ -591,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float sh_lo = ms_lo - kLog2_448, sh_hi = ms_hi - kLog2_448;
         const float o_lo0 = fmaf(bias, c_lo0, sh_lo), o_lo1 = fmaf(bias, c_lo1, sh_lo);
         const float o_hi0 = fmaf(bias, c_hi0, sh_hi), o_hi1 = fmaf(bias, c_hi1, sh_hi);
-        float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each (not kTcSum)
+        float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each
         CUTE_UNROLL
         for (int i = 0; i < kBK / 2; i += 4) {
           const int h = i / (kBK / 4);
@@ -606,21 +545,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -ol));
             sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -oh));
           }
-          if constexpr (!kTcSum) {
-            const bool first = i % (kBK / 4) == 0;
+          const bool first = i % (kBK / 4) == 0;
+          CUTE_UNROLL
+          for (int r = 0; r < 2; ++r) {
             CUTE_UNROLL
-            for (int r = 0; r < 2; ++r) {
-              CUTE_UNROLL
-              for (int e = 0; e < 2; ++e) part[h][r][e] = first ? sf[i + 2 * r + e] : part[h][r][e] + sf[i + 2 * r + e];
-            }
+            for (int e = 0; e < 2; ++e) part[h][r][e] = first ? sf[i + 2 * r + e] : part[h][r][e] + sf[i + 2 * r + e];
           }
         }
-        if constexpr (!kTcSum) {  // kTcSum: l is updated in finish_tile from P̃·1
-          const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
-          const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
-          l_lo = fmaf(l_lo, alpha_lo, sum_lo);
-          l_hi = fmaf(l_hi, alpha_hi, sum_hi);
-        }
+        const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
+        const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
+        l_lo = fmaf(l_lo, alpha_lo, sum_lo);
+        l_hi = fmaf(l_hi, alpha_hi, sum_hi);
     };
     auto softmax_lean = [&](float4 meta, float& alpha_lo, float& alpha_hi) {
       const int t = __float_as_int(meta.z);
@@ -695,28 +630,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto pack_p = [&]() { pack_to(preg); };
     // O_tmp = P̃·V of tile j into a fresh buffer (issued, not waited for).
-    // kLazyFold: One while the tile joins the unfolded group in acc_t / acc_l.
-    GMMA::ScaleOut pv_first = GMMA::ScaleOut::Zero;
     auto issue_pv = [&](int j) {
       warpgroup_fence_operand(acc_t);
       warpgroup_arrive();
-      mma_pv.accumulate_ = kLazyFold > 0 ? pv_first : GMMA::ScaleOut::Zero;
+      mma_pv.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int kk = 0; kk < size<2>(tOrP); ++kk) {
         cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
         mma_pv.accumulate_ = GMMA::ScaleOut::One;
-      }
-      if constexpr (kTcSum) {
-        // Σ P̃ per row: the same A registers against the ones tile, in the
-        // same commit group (one wait covers both). Every k-step reads the
-        // tile's first 32 keys (all 1.0 like the rest): one descriptor.
-        warpgroup_fence_operand(acc_l);
-        mma_sum.accumulate_ = kLazyFold > 0 ? pv_first : GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int kk = 0; kk < size<2>(tOrP); ++kk) {
-          cute::gemm(mma_sum, tOrP(_, _, kk), tLrOnes(_, _, 0), acc_l);
-          mma_sum.accumulate_ = GMMA::ScaleOut::One;
-        }
       }
       warpgroup_commit_batch();
     };
@@ -726,20 +647,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_fence_operand(acc_t);
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) = fmaf(acc_o(i), (i & 2) ? a_hi : a_lo, acc_t(i));
-      if constexpr (kTcSum) {
-        warpgroup_fence_operand(acc_l);
-        l_lo = fmaf(l_lo, a_lo, acc_l(0));
-        l_hi = fmaf(l_hi, a_hi, acc_l(2));
-      }
       __syncwarp();
       if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
     };
-    // kLazyFold: tile j joins the group (no fold); its K and V are released.
-    auto defer_tile = [&](int j) {
-      __syncwarp();
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
-    };
-    int group = 1;  // kLazyFold: tiles in acc_t not folded yet
     if constexpr (kLean) {
       // The overlap schedule of the default (P̃·V of j on the tensor cores
       // while the softmax of j+1 runs), but with the whole softmax of j+1 and
@@ -772,41 +682,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         // pack (same thing), so the move is an add of opaque_zero: 32 IADDs.
         uint32_t pk[kBK / 4];
         pack_to(pk);
-        // kLazyFold: the warpgroup's vote, taken while P̃·V of j still runs
-        // (no branch before the wait: the predicate is formed without one).
-        bool defer = false;
-        if constexpr (kLazyFold > 0) {
-          const uint32_t mine = uint32_t(next_lo == 1.f) & uint32_t(next_hi == 1.f) & uint32_t(group < kLazyFold);
-          uint32_t all;
-          asm volatile(
-              "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.and.pred q, %2, 128, p;\n"
-              " selp.u32 %0, 1, 0, q;\n}\n"
-              : "=r"(all)
-              : "r"(mine), "r"(3 + c)
-              : "memory");
-          defer = all != 0;
-        }
         warpgroup_wait<0>();
         CUTE_UNROLL
         for (int i = 0; i < kBK / 4; ++i) preg[i] = pk[i] + opaque_zero;
-        if constexpr (kLazyFold > 0) {
-          if (defer) {
-            // α(j+1) = 1 for every row: the group's α stays the one to apply.
-            defer_tile(j);
-            ++group;
-            pv_first = GMMA::ScaleOut::One;
-          } else {
-            finish_tile(j, alpha_lo, alpha_hi);
-            group = 1;
-            pv_first = GMMA::ScaleOut::Zero;
-            alpha_lo = next_lo;
-            alpha_hi = next_hi;
-          }
-        } else {
-          finish_tile(j, alpha_lo, alpha_hi);
-          alpha_lo = next_lo;
-          alpha_hi = next_hi;
-        }
+        finish_tile(j, alpha_lo, alpha_hi);
+        alpha_lo = next_lo;
+        alpha_hi = next_hi;
       }
       sched_wait();
       issue_pv(n - 1);
@@ -853,12 +734,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // ---- epilogue ----
-    if constexpr (!kTcSum) {  // kTcSum: P̃·1 summed all of the row's columns already
-      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    }
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
     const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
     const float* vscale = p.vscale + int64_t(bh) * D;
     // kLean: this warpgroup's stores of ls.vscale / ls.qkm (named barrier 3 + c;
@@ -894,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt = false, bool kPolyExp = false,
-          bool kLean = false, bool kTcSum = false, int kLazyFold = 0>
+          bool kLean = false>
 Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
   using T = Sm90Traits<D>;
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
@@ -910,10 +789,10 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
   auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
-  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kSched, kFastCvt, kPolyExp, kLean, kTcSum, kLazyFold>;
+  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kSched, kFastCvt, kPolyExp, kLean>;
   static_assert(sizeof(typename C::Shared) % 16 == 0, "LeanShared's float4 follows Shared");
-  const size_t lean_end = sizeof(typename C::Shared) + (kLean ? sizeof(LeanShared<D, C::kAllStages>) : 0);
-  const int smem = int(kTcSum ? ones_offset(lean_end) + kOnesBytes : lean_end);
+  const int smem =
+      int(sizeof(typename C::Shared) + (kLean ? sizeof(LeanShared<D, C::kAllStages>) : 0));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
@@ -956,8 +835,6 @@ Sm90Variant sm90_variant_from_env() {
     else if (s == "lean_fastcvt") v.dense = Sm90Dense::LeanFastCvt;
     else if (s == "lean_fastcvt_poly") v.dense = Sm90Dense::LeanFastCvtPoly;
     else if (s == "lean_pingpong") v.dense = Sm90Dense::LeanPingPong;
-    else if (s == "lean_rowsum") v.dense = Sm90Dense::LeanRowSum;
-    else if (s == "lean_rowsum_lazy") v.dense = Sm90Dense::LeanRowSumLazy;
   }
   if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
     const std::string s(e);
@@ -968,8 +845,6 @@ Sm90Variant sm90_variant_from_env() {
     else if (s == "lean") v.sparse = Sm90Sparse::Lean;
     else if (s == "lean_stages3") v.sparse = Sm90Sparse::LeanStages3;
     else if (s == "lean_fastcvt") v.sparse = Sm90Sparse::LeanFastCvt;
-    else if (s == "lean_stages3_rowsum") v.sparse = Sm90Sparse::LeanStages3RowSum;
-    else if (s == "lean_stages3_rowsum_lazy") v.sparse = Sm90Sparse::LeanStages3RowSumLazy;
   }
   return v;
 }
@@ -993,20 +868,6 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
       case Sm90Sparse::Lean: return launch<D, 2, 2, kSchedOverlap, false, false, true>(ap, p, stream);
       case Sm90Sparse::LeanStages3: return launch<D, 2, 3, kSchedOverlap, false, false, true>(ap, p, stream);
       case Sm90Sparse::LeanFastCvt: return launch<D, 2, 2, kSchedOverlap, true, false, true>(ap, p, stream);
-      // lean_stages3_rowsum: lean_stages3 with the row sums on the tensor
-      // cores (see the dense lean_rowsum below). Sparse rows are short (~13
-      // tiles at topk 0.05, ~26 at 0.1) and their time has more fixed cost
-      // (first-stage latency, epilogue), so less of it is the softmax's
-      // FADDs: prediction 2-5% (1.41 -> ~1.35 ms at topk 0.1, 1x12x32760).
-      case Sm90Sparse::LeanStages3RowSum:
-        return launch<D, 2, 3, kSchedOverlap, false, false, true, true>(ap, p, stream);
-      // lean_stages3_rowsum_lazy: and the fold only when a max moved (see the
-      // dense lean_rowsum_lazy). Rows of 13-26 randomly placed tiles keep
-      // moving their max for longer (P(no move in 64 rows) ~ e^(-64/(j+1))
-      // for scores independent of position): prediction within ±2% of
-      // lean_stages3_rowsum (the vote's barrier against few skipped folds).
-      case Sm90Sparse::LeanStages3RowSumLazy:
-        return launch<D, 2, 3, kSchedOverlap, false, false, true, true, 4>(ap, p, stream);
       case Sm90Sparse::Stages2: break;
     }
     return launch<D, 2, 2, kSchedPlain>(ap, p, stream);
@@ -1050,32 +911,6 @@ Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, c
     // MUFU.EX2 in the profile); it costs a named-barrier wait per issue point.
     // Prediction: within ±5% of lean; better if MUFU contention dominates.
     case Sm90Dense::LeanPingPong: return launch<D, 1, 4, kSchedPingPong, false, false, true>(ap, p, stream);
-    // lean_rowsum: lean with Σ P̃ per row from the tensor cores (kTcSum).
-    // Per tile and consumer thread (Nsight Compute of lean): ~570 issued
-    // instructions, of which the 64 FADD of the row sums (and their 16
-    // partial-chain temporaries) go away, +2 FFMA at the fold, -4 SHFL + 4
-    // FADD once per row in the epilogue: ~-11% of the issue slots, but the
-    // exp phase is bounded by MUFU (64 ex2 per tile at 45.6% XU utilisation)
-    // and fixed-latency waits (50% of stalls), which the FADDs partly filled.
-    // Tensor side: +4 wgmma m64n8k32 per tile (N = 8 of P̃·V's 128: ~+6% of
-    // the P̃·V work if n8 ran at full rate; small-N wgmmas run below it, so
-    // budget ~+10%: ~+25 of ~1000 tensor cycles per tile, with the tensor pipe
-    // at 43%). Prediction: 4-7% on the kernel, 8.62 -> ~8.1-8.3 ms at
-    // 1x12x32760x128 incl. quantization (1.41-1.44x cuDNN), 144.5 -> ~136-139
-    // ms at 1x40x75600.
-    case Sm90Dense::LeanRowSum: return launch<D, 1, 4, kSchedOverlap, false, false, true, true>(ap, p, stream);
-    // lean_rowsum_lazy: lean_rowsum with the second accumulation level only
-    // when a running max moved, groups of at most 4 tiles (kLazyFold). A
-    // skipped fold saves 64 FFMA + 2 FFMA per thread (of ~500 issued per tile
-    // in lean_rowsum) and costs a 128-thread bar.red per tile. The share of
-    // tiles where none of the warpgroup's 64 row maxima moves is ~e^(-64/(j+1))
-    // at tile j for position-independent scores: ~40% averaged over 256 tiles
-    // (32760 keys), ~55% over 591 (75600), capped at 3/4 by the group length;
-    // Wan's attention has more local structure (maxima settle earlier).
-    // Prediction: 3-6% under lean_rowsum (~7.7-8.0 ms at 1x12x32760, ~128-134
-    // ms at 1x40x75600); nothing if the barrier's wait costs what it saves.
-    case Sm90Dense::LeanRowSumLazy:
-      return launch<D, 1, 4, kSchedOverlap, false, false, true, true, 4>(ap, p, stream);
     case Sm90Dense::Overlap: break;
   }
   return launch<D, 1, 4, kSchedOverlap>(ap, p, stream);
