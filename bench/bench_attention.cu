@@ -224,10 +224,8 @@ int main(int argc, char** argv) {
       if (st != Status::Ok) r[key + "_error"] = td::kernels::attention_last_error();
       if (sm90 && st == Status::Ok) {
         // The sm_90a dense kernel's other variants (TURBODIFF_SAGE_SM90_DENSE;
-        // "sage_sm90" above is the default, overlap), same process, same inputs.
-        for (const char* variant : {"plain", "pingpong", "fastcvt", "pingpong_fastcvt", "fastcvt_poly",
-                                    "pingpong_fastcvt_poly", "lean", "lean_fastcvt", "lean_fastcvt_poly",
-                                    "lean_pingpong"}) {
+        // "sage_sm90" above is the default, lean), same process, same inputs.
+        for (const char* variant : {"lean_defer", "lean_defer_move"}) {
           setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
           const std::string vkey = std::string("sage_sm90_") + variant;
           run(0);
@@ -270,10 +268,9 @@ int main(int argc, char** argv) {
             if (sst == Status::Ok)
               sst = td::kernels::sage_attention_cuda(p, q, k, v, o_flash, nullptr, &sp, be, ws, ws_bytes, stream);
           };
-          // sm_90a: the default 2-stage pipes, then the other variants
+          // sm_90a: the default (lean_stages3), then the other variants
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>, key suffix _<variant>).
-          for (const char* variant : sm90 ? std::vector<const char*>{"", "stages3", "stages3_fastcvt", "stages3_fastcvt_poly",
-                                                                      "lean", "lean_stages3", "lean_fastcvt"}
+          for (const char* variant : sm90 ? std::vector<const char*>{"", "lean_stages3_defer", "lean_stages3_defer_move"}
                                           : std::vector<const char*>{""}) {
             const bool deep = variant[0] != 0;
             if (deep) setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);

@@ -6,8 +6,8 @@
 // SageAttention-style kernel with its quantization passes, linear branch).
 // The sparse kernels' dense-equivalent throughput is 4·B·H·L²·D / time.
 // CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
-// On sm_90a `sagesla_sparse_lean`, `sagesla_sparse_lean_stages3` and
-// `sagesla_sparse_lean_fastcvt` time the sparse kernel's lean variants
+// On sm_90a `sagesla_sparse_lean_stages3_defer` times the sparse kernel's
+// other variant
 // (TURBODIFF_SAGE_SM90_SPARSE) on the same LUT beside `sagesla_sparse`.
 // Block selection's top-k in both variants side by side: `*_select` / `*_total`
 // with the bitonic sort (the default), `*_select_radix` / `*_total_radix` with
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
           // The sm_90a sparse kernel's lean variants beside the default
           // (TURBODIFF_SAGE_SM90_SPARSE=<variant>): sagesla_sparse_<variant>.
           if (major == 9) {
-            for (const char* variant : {"lean", "lean_stages3", "lean_fastcvt"}) {
+            for (const char* variant : {"lean_stages3_defer", "lean_stages3_defer_move"}) {
               setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);
               const std::string key = std::string("sagesla_sparse_") + variant;
               Status vst = Status::Ok;

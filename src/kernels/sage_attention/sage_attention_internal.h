@@ -79,45 +79,23 @@ __host__ __device__ inline int v_fp8_position(int k) {
 
 // sm_90a kernel variants (chosen per call from the environment, for A/B runs;
 // the defaults are the measured-best ones):
-//   TURBODIFF_SAGE_SM90_DENSE = overlap | plain | pingpong | fastcvt
-//     | pingpong_fastcvt | fastcvt_poly | pingpong_fastcvt_poly | lean (default)
-//     | lean_fastcvt | lean_fastcvt_poly | lean_pingpong
-//     (TURBODIFF_SAGE_SM90_OVERLAP=0 still means plain)
-//   TURBODIFF_SAGE_SM90_SPARSE = stages2 | stages3 | stages3_fastcvt
-//     | stages3_fastcvt_poly | lean | lean_stages3 (default) | lean_fastcvt
-//     (stages per consumer pipe)
-// pingpong: the two consumer warpgroups take turns on the tensor cores (named
-// barriers); fastcvt: INT32 scores to float by an integer add of 1.5·2^23's
-// bits instead of I2F; _poly: and half of the exp2 by a cubic on the FMA pipe
-// (see sage_attention_sm90.cu); lean: the overlap schedule (the sparse path
-// too) with the whole softmax and the P̃ pack before the wait for P̃·V (the
-// default's wait lands before the exp phase), K scales and LUT entries handed
-// over in shared memory by the producer, row max / row sum in split chains,
-// the epilogue's scales staged in shared memory, no spills.
-enum class Sm90Dense {
-  Overlap,
-  Plain,
-  PingPong,
-  FastCvt,
-  PingPongFastCvt,
-  FastCvtPoly,
-  PingPongFastCvtPoly,
-  Lean,
-  LeanFastCvt,
-  LeanFastCvtPoly,
-  LeanPingPong
-};
-enum class Sm90Sparse { Stages2, Stages3, Stages3FastCvt, Stages3FastCvtPoly, Lean, LeanStages3, LeanFastCvt };
-// Defaults (H200, 2026-11-30, bench_attention / bench_sla, same process as
-// cuDNN; every variant passed the GPU tests first): dense lean 8.62 ms vs the
-// overlap schedule's 9.45 ms at 1x12x32760x128 (1.36x vs 1.24x cuDNN), 144.5
-// vs 163.8 ms at 1x40x75600 (1.43x vs 1.26x); sparse lean_stages3 1.41 vs
-// 1.48 ms at topk 0.1 (32760) and 20.2 vs 20.7 ms (75600). The previous
-// defaults stay reachable: TURBODIFF_SAGE_SM90_DENSE=overlap,
-// TURBODIFF_SAGE_SM90_SPARSE=stages2. (Variants with the row sums Σ P̃ on
-// the tensor cores were measured in the fourth run, 6% faster sparse and 1-3%
-// slower dense, and removed: their LSE strayed up to 8e-3 from the fp32
-// simulation on a structured head_dim-64 sparse case.)
+//   TURBODIFF_SAGE_SM90_DENSE  = lean (default) | lean_defer | lean_defer_move
+//   TURBODIFF_SAGE_SM90_SPARSE = lean_stages3 (default) | lean_stages3_defer
+//     | lean_stages3_defer_move
+// lean: P̃·V of tile j overlapped with the softmax and P̃ pack of j+1, K scales
+// and LUT entries handed over in shared memory by the producer, row max / row
+// sum in split chains, the epilogue's scales staged in shared memory, no
+// spills (H200, 2026-11-30: 8.35 ms at 1x12x32760x128, 1.40x cuDNN, against
+// 9.45 ms for the schedule before it). _defer: P̃·V of two tiles accumulated
+// in the wgmma before the fp32 fold, the running max moved only past a
+// headroom, two P̃ register fragments; _defer_move: the same with one P̃
+// fragment and the default's move (sage_attention_sm90.cu, kDefer).
+// Variants measured and removed (docs/benchmarks.md has their figures): the
+// plain and overlap schedules, FA3-style ping-pong between the consumers,
+// fastcvt (INT32 to float by an integer add), half of the exp2 by a
+// polynomial, 2-stage sparse pipes, row sums on the tensor cores.
+enum class Sm90Dense { Lean, LeanDefer, LeanDeferMove };
+enum class Sm90Sparse { LeanStages3, LeanStages3Defer, LeanStages3DeferMove };
 struct Sm90Variant {
   Sm90Dense dense = Sm90Dense::Lean;
   Sm90Sparse sparse = Sm90Sparse::LeanStages3;

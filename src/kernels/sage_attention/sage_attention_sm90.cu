@@ -9,7 +9,9 @@
 // the group gives its registers away with setmaxnreg), warpgroups 1 and 2 are
 // consumers, each owning 64 query rows.
 //   dense   one K/V pipe shared by both consumers (128 query rows per CTA), 4 stages
-//   sparse  one pipe per consumer (each 64-row query block has its own LUT row), 2 stages each
+//   sparse  one pipe per consumer (each 64-row query block has its own LUT row), 3 stages each
+// The producer hands each stage's K scales and tile index over in shared
+// memory; each consumer overlaps P̃·V of tile j with the softmax of j+1.
 // Per 128-key tile and consumer:
 //   S = Q·Kᵀ      wgmma m64n128k32 s8 (D/32 of them), INT32 in registers
 //   dequant       float(S)·(sq·scale·log2 e)·sk (sk per 64 keys)
@@ -62,8 +64,8 @@ struct Sm90Traits {
 };
 
 // kPipes = 1: dense (both consumers read every stage); 2: sparse (one pipe per
-// consumer). kStages_: stages per pipe (dense 4; sparse 2, or 3 for the deeper
-// variant: 16 KB Q + 6 x 32 KB K/V = 208 KB at head_dim 128).
+// consumer). kStages_: stages per pipe (dense 4; sparse 3: 16 KB Q + 6 x 32 KB
+// K/V = 208 KB at head_dim 128).
 template <int D, int kPipes, int kStages_>
 struct Sm90Config {
   using T = Sm90Traits<D>;
@@ -88,34 +90,33 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-// 2^x on the FMA and integer pipes (no MUFU), for x <= ~9: x = j + f with j
-// the nearest integer (the 1.5·2^23 add leaves j in the low mantissa bits) and
-// f in [-0.5, 0.5]; 2^f by a cubic fitted for relative error (max 1.2e-4, far
-// below e4m3's step of 2^-3); 2^j added to the exponent bits (j << 23; the
-// magic's own bits shift out). x is clamped at -125 (2^-125 is 0 in e4m3).
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -125.f);
-  const float t = x + 12582912.f;
-  const float f = x - (t - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.0545929f, f, 0.24222323f), f, 0.69336947f), f, 1.f);
-  return __int_as_float(int(uint32_t(__float_as_int(p)) + (uint32_t(__float_as_int(t)) << 23)));
-}
 // Two floats to two e4m3 bytes (RN, saturating to ±448): lo in the low byte.
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   uint16_t r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
 }
+// Whether `pred` holds in any thread of the 128 that reach named barrier `id`
+// (one consumer warpgroup): bar.red.or, a barrier that also reduces.
+__device__ __forceinline__ bool warpgroup_any(bool pred, int id) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.or.pred p, %2, 128, q;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(r)
+      : "r"(uint32_t(pred)), "r"(id)
+      : "memory");
+  return r != 0;
+}
 
-// kLean's extra shared memory, placed after Sm90Config::Shared (so the other
-// variants keep their layout and size). meta: per stage, written by the producer
-// before it arrives on the stage's full barrier (mbarrier.arrive releases,
-// the consumers' wait acquires): the tile's two K scales and its index (sparse:
-// the LUT entry; n_ktiles, i.e. no valid key, for one outside [0, KB)), so no
-// consumer waits on an L2 load inside the softmax. vscale / qkm: the epilogue's per-channel V scales
-// and per-row LSE corrections, loaded by each consumer at its start.
+// Shared memory beside Sm90Config::Shared. meta: per stage, written by the
+// producer before it arrives on the stage's full barrier (mbarrier.arrive
+// releases, the consumers' wait acquires): the tile's two K scales and its
+// index (sparse: the LUT entry; n_ktiles, i.e. no valid key, for one outside
+// [0, KB)), so no consumer waits on an L2 load inside the softmax. vscale /
+// qkm: the epilogue's per-channel V scales and per-row LSE corrections, loaded
+// by each consumer at its start.
 template <int D, int kAllStages>
-struct LeanShared {
+struct MetaShared {
   float4 meta[kAllStages];  // x, y: K scales of the tile's two 64-key halves; z: tile index (int bits)
   float vscale[2][D];       // per consumer warpgroup
   float qkm[2][kBQ];
@@ -133,32 +134,35 @@ __device__ __forceinline__ float4 ld_shared_f4(const void* ptr) {
                : "memory");
   return v;
 }
-// Dense schedules (kSched): 0 plain (Q·Kᵀ, softmax, P̃·V in sequence); 1 overlap
-// (below); 2 overlap + ping-pong between the two consumer warpgroups: named
-// barriers hand the tensor cores from one consumer to the other at every
-// issue point (Q·Kᵀ of j+1 with P̃·V of j), so one warpgroup's softmax runs
-// while the other's wgmmas do (FlashAttention-3's inter-warpgroup schedule).
-constexpr int kSchedPlain = 0, kSchedOverlap = 1, kSchedPingPong = 2;
-// kFastCvt: the INT32 scores become floats without I2F (a conversion, 16 per
-// clock per SM, the same rate as ex2): |S| <= 128·127² < 2^22, so the bits of
-// S + 0x4B400000 read as a float are exactly S + 1.5·2^23 (one integer add,
-// full rate); the bias is taken out in the max (exact) and folded into the
-// exp2 FFMA's per-row constant (its rounding: ~2^-24 relative of bias·c,
-// ~1e-5 in the log2 domain). Full 128-key tiles only; a partial tile converts.
-constexpr int kMagicBits = 0x4B400000;
-constexpr float kMagicBias = 12582912.f;  // 1.5 · 2^23
 
-// Overlap: inside each consumer warpgroup, P̃·V of tile j runs on the tensor
-// cores while the softmax of tile j+1 runs (the loop is peeled: ptxas
-// serializes the wgmmas (C7514) when the last iteration is a branch inside it).
-// It needs ~230 live registers at head_dim 128 (S, O, O_tmp, P̃): ptxas keeps
-// the 168 of launch_bounds(384, 1) and spills (~100 bytes dense, ~700 sparse),
-// so the dense path takes it (unless TURBODIFF_SAGE_SM90_OVERLAP=0) and the
-// sparse path runs the plain sequence.
-// kPolyExp: half of the exp2 of P̃ (every other column pair) by poly_exp2 on
-// the FMA pipe, the other half on MUFU (FA4's split), so the MUFU/conversion
-// pipe carries ~3/4 of its load.
-template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt, bool kPolyExp, bool kLean>
+// kDefer: P̃·V of two consecutive tiles accumulates in the wgmma's own fp32
+// registers before the fold into O, and the running max moves lazily:
+//  * a row's reference max m moves only when a tile's max exceeds it by more
+//    than kDeferHeadroom (log2 units), and P̃ = exp2(s - m + log2 448 - h)
+//    (h = kDeferHeadroom), so P̃ <= 448 still holds: e4m3 never saturates,
+//    and a row whose m did not move has α = 1 exactly;
+//  * a tile's P̃·V goes into the pending accumulator (acc_t) with ScaleOut::One
+//    when no row of the warpgroup moved its m (bar.red.or over the 128
+//    threads) and acc_t holds one tile; otherwise the pending tiles are folded,
+//    O = O·α + acc_t, first;
+//  * P̃ alternates between two register fragments (the loop runs two tiles
+//    per trip), so the next tile's P̃ is packed straight into the fragment no
+//    wgmma in flight reads (the default packs it aside and moves it after the
+//    wait: 32 IADDs per tile).
+// Per tile and thread in the steady state that removes 32 of 64 fold FFMAs
+// and the 32 moves (~10% of the consumer's ~600 instructions per tile) and
+// every other wait for P̃·V. The fold interval is two tiles (256 keys, 8 e4m3
+// k-steps), where SageAttention2 folds every tile: the wgmma's accumulation
+// keeps ~22 bits, so two tiles cost less than one e4m3 step of P̃.
+// kDeferMove keeps the default's single P̃ fragment and its move (and waits
+// for P̃·V every tile), and only defers the fold; kDeferTwoFragments does all
+// of the above (ptxas then keeps ~11 of O's registers in local memory around
+// the fold; the move variant does not spill in its loop).
+constexpr float kDeferHeadroom = kSageSm90DeferHeadroom;
+constexpr int kDeferOff = 0, kDeferMove = 1, kDeferTwoFragments = 2;
+
+// One CTA: warpgroup 0 produces, warpgroups 1 and 2 consume (64 query rows each).
+template <int D, int kPipes, int kStagesPerPipe, int kDefer>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
@@ -168,14 +172,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
   constexpr int kStages = C::kStages;
   constexpr bool kSparse = kPipes == 2;
-  constexpr bool kOverlap = kSched != kSchedPlain;
-  constexpr bool kPingPong = kSched == kSchedPingPong;
-  static_assert(!(kSparse && kPingPong), "ping-pong needs both consumers on the same tiles (dense)");
-  static_assert(!kLean || kOverlap, "kLean has its own overlap schedule (with or without ping-pong)");
+  constexpr float kHeadroom = kDefer != kDeferOff ? kDeferHeadroom : 0.f;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
-  using Lean = LeanShared<D, C::kAllStages>;
-  Lean& ls = *reinterpret_cast<Lean*>(smem_raw + sizeof(typename C::Shared));  // kLean only
+  using Meta = MetaShared<D, C::kAllStages>;
+  Meta& ms = *reinterpret_cast<Meta*>(smem_raw + sizeof(typename C::Shared));
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, b = blockIdx.z;
   const int bh = b * p.heads + h;
@@ -215,64 +216,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     // ---------------- producer ----------------
+    // The whole warp of each pipe runs the loop: every 32 tiles each lane
+    // loads one tile's LUT entry and its two K scales (one batch of L2 round
+    // trips instead of one per tile on the way to the TMA issue, which made
+    // the first stages of a short sparse row wait one after another); lane 0
+    // writes the stage's meta, arrives and issues the TMA.
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if constexpr (kLean) {
-      // The whole warp of each pipe runs the loop: every 32 tiles each lane
-      // loads one tile's LUT entry and its two K scales (one batch of L2 round
-      // trips instead of one per tile on the way to the TMA issue, which made
-      // the first stages of a short sparse row wait one after another); lane 0
-      // writes the stage's meta, arrives and issues the TMA.
-      if (warp < kPipes) {
-        const int pipe = warp;
-        const int BH = int(gridDim.z * gridDim.y);
-        Tensor mQ = tma_q.get_tma_tensor(make_shape(BH * p.lq_pad, D));
-        Tensor mK = tma_k.get_tma_tensor(make_shape(BH * p.lk_pad, D));
-        Tensor mV = tma_v.get_tma_tensor(make_shape(BH * D, p.lk_pad));
-        Tensor gQ = local_tile(mQ, make_shape(Int<kBQ>{}, Int<D>{}), make_coord(_, 0));
-        Tensor gK = local_tile(mK, make_shape(Int<kBK>{}, Int<D>{}), make_coord(_, 0));
-        Tensor gV = local_tile(mV, make_shape(Int<D>{}, Int<kBK>{}), make_coord(bh, _));
-        auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-        auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-        auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-        if (lane == 0) {
-          for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
-            if (kSparse && !qblock_valid(c)) continue;
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
-            copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(c)), tQs(_, c));
-          }
-        }
-        const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
-        const int n = n_tiles_of(pipe);
-        int stage = 0;
-        uint32_t phase = 0;
-        int t_lane = -1;
-        float2 ks_lane = make_float2(0.f, 0.f);
-        for (int j = 0; j < n; ++j) {
-          if ((j & 31) == 0) {
-            t_lane = j + lane < n ? tile_at(pipe, j + lane) : -1;
-            ks_lane = t_lane >= 0 ? __ldg(reinterpret_cast<const float2*>(kscale + 2 * t_lane)) : make_float2(0.f, 0.f);
-          }
-          const int t = __shfl_sync(0xffffffffu, t_lane, j & 31);
-          const float ks0 = __shfl_sync(0xffffffffu, ks_lane.x, j & 31), ks1 = __shfl_sync(0xffffffffu, ks_lane.y, j & 31);
-          const int s = pipe * kStages + stage;
-          cutlass::arch::ClusterBarrier::wait(&sh.empty[s], phase ^ 1);
-          if (lane == 0) {
-            // Meta first: the arrive below releases it to the consumers. A LUT
-            // entry outside [0, KB) goes as tile n_ktiles: no valid key.
-            st_shared_f4(&ls.meta[s], make_float4(ks0, ks1, __int_as_float(t >= 0 ? t : n_ktiles), 0.f));
-            const int tl = t >= 0 ? t : 0;  // see the default producer: tile 0 keeps P̃·V finite
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
-            copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
-            copy(tma_v.with(sh.full[s]), tVg(_, tl), tVs(_, s));
-          }
-          __syncwarp();
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-        }
-      }
-    } else if (warp < kPipes && cute::elect_one_sync()) {
+    if (warp < kPipes) {
       const int pipe = warp;
       const int BH = int(gridDim.z * gridDim.y);
       Tensor mQ = tma_q.get_tma_tensor(make_shape(BH * p.lq_pad, D));
@@ -284,25 +234,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      // Q of the consumer(s) this pipe feeds.
-      for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
-        if (kSparse && !qblock_valid(c)) continue;  // its consumer exits at once
-        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
-        copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(c)), tQs(_, c));
+      if (lane == 0) {
+        // Q of the consumer(s) this pipe feeds.
+        for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
+          if (kSparse && !qblock_valid(c)) continue;  // its consumer exits at once
+          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
+          copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(c)), tQs(_, c));
+        }
       }
+      const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
       const int n = n_tiles_of(pipe);
       int stage = 0;
       uint32_t phase = 0;
+      int t_lane = -1;
+      float2 ks_lane = make_float2(0.f, 0.f);
       for (int j = 0; j < n; ++j) {
-        const int t = tile_at(pipe, j);
+        if ((j & 31) == 0) {
+          t_lane = j + lane < n ? tile_at(pipe, j + lane) : -1;
+          ks_lane = t_lane >= 0 ? __ldg(reinterpret_cast<const float2*>(kscale + 2 * t_lane)) : make_float2(0.f, 0.f);
+        }
+        const int t = __shfl_sync(0xffffffffu, t_lane, j & 31);
+        const float ks0 = __shfl_sync(0xffffffffu, ks_lane.x, j & 31), ks1 = __shfl_sync(0xffffffffu, ks_lane.y, j & 31);
         const int s = pipe * kStages + stage;
         cutlass::arch::ClusterBarrier::wait(&sh.empty[s], phase ^ 1);
-        // A LUT entry outside [0, KB) loads tile 0: the consumer ignores its
-        // scores, but P̃·V (with P̃ = 0) must read finite values.
-        const int tl = t >= 0 ? t : 0;
-        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
-        copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
-        copy(tma_v.with(sh.full[s]), tVg(_, tl), tVs(_, s));
+        if (lane == 0) {
+          // Meta first: the arrive below releases it to the consumers. A LUT
+          // entry outside [0, KB) goes as tile n_ktiles (no valid key) and
+          // loads tile 0: the consumer ignores its scores, but P̃·V (with
+          // P̃ = 0) must read finite values.
+          st_shared_f4(&ms.meta[s], make_float4(ks0, ks1, __int_as_float(t >= 0 ? t : n_ktiles), 0.f));
+          const int tl = t >= 0 ? t : 0;
+          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
+          copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
+          copy(tma_v.with(sh.full[s]), tVg(_, tl), tVs(_, s));
+        }
+        __syncwarp();
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -331,45 +297,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor acc_s = partition_fragment_C(mma_qk, make_shape(Int<kBQ>{}, Int<kBK>{}));  // int32 ((2,2,16),1,1)
     Tensor acc_o = partition_fragment_C(mma_pv, make_shape(Int<kBQ>{}, Int<D>{}));    // fp32 ((2,2,D/8),1,1)
     Tensor acc_t = partition_fragment_C(mma_pv, make_shape(Int<kBQ>{}, Int<D>{}));
-    Tensor tOrP = thr_pv.partition_fragment_A(
-        make_tensor(make_smem_ptr(static_cast<float_e4m3_t*>(nullptr)), cute::Layout<Shape<Int<kBQ>, Int<kBK>>>{}));
+    auto p_layout = make_tensor(make_smem_ptr(static_cast<float_e4m3_t*>(nullptr)), cute::Layout<Shape<Int<kBQ>, Int<kBK>>>{});
+    Tensor tOrP = thr_pv.partition_fragment_A(p_layout);
+    Tensor tOrP2 = thr_pv.partition_fragment_A(p_layout);  // kDefer: the second P̃ fragment
     static_assert(size(tOrP) == kBK * kBQ / 128, "P fragment: 64 e4m3 values per thread");
     uint32_t* preg = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+    uint32_t* preg2 = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP2.data()));
 
     // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
     const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
     const int64_t row_lo = int64_t(bh) * p.lq_pad + q0 + wrow;
     const float qs_lo = __ldg(p.qscale + row_lo), qs_hi = __ldg(p.qscale + row_lo + 8);
-    const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
 
     CUTE_UNROLL
     for (int i = 0; i < size(acc_o); ++i) acc_o(i) = 0.f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
     constexpr float kLog2_448 = 8.807354922057604f;
 
-    if constexpr (kLean) {
-      // The epilogue's V scales and LSE corrections: loaded now, stored to
-      // shared memory after the Q wait (their latency hides behind it), read
-      // after a warpgroup barrier at the end.
+    // The epilogue's V scales and LSE corrections: loaded now, stored to
+    // shared memory after the Q wait (their latency hides behind it), read
+    // after a warpgroup barrier at the end.
+    {
       const float vs_mine = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
       const float qkm_mine = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
       cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
-      if (tid < D) ls.vscale[c][tid] = vs_mine;
-      if (tid < kBQ) ls.qkm[c][tid] = qkm_mine;
-    } else {
-      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
+      if (tid < D) ms.vscale[c][tid] = vs_mine;
+      if (tid < kBQ) ms.qkm[c][tid] = qkm_mine;
     }
     const int n = n_tiles_of(pipe);
     auto stage_of = [&](int j) { return pipe * kStages + j % kStages; };
     auto phase_of = [&](int j) { return uint32_t((j / kStages) & 1); };
 
-    // kLean: the meta (K scales, tile) of the tile whose Q·Kᵀ was issued last,
-    // read from shared memory right after its full barrier, used by its softmax.
+    // The meta (K scales, tile) of the tile whose Q·Kᵀ was issued last, read
+    // from shared memory right after its full barrier, used by its softmax.
     float4 meta_next = make_float4(0.f, 0.f, 0.f, 0.f);
     // S = Q·Kᵀ of the j-th tile into acc_s (issued, not waited for).
     auto issue_qk = [&](int j) {
       cutlass::arch::ClusterTransactionBarrier::wait(&sh.full[stage_of(j)], phase_of(j));
-      if constexpr (kLean) meta_next = ld_shared_f4(&ls.meta[stage_of(j)]);
+      meta_next = ld_shared_f4(&ms.meta[stage_of(j)]);
       warpgroup_fence_operand(acc_s);
       warpgroup_arrive();
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
@@ -381,240 +346,108 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_commit_batch();
     };
 
-    // Online softmax of the tile in acc_s (tile index t, -1 = none): P̃ into sf,
-    // running max and row sums updated; returns the O rescale factors.
-    float sf[kBK / 2];
-    auto softmax = [&](int t, float& alpha_lo, float& alpha_hi) {
-      if (t < 0) {  // a LUT entry outside [0, KB): no keys, nothing changes
-        CUTE_UNROLL
-        for (int i = 0; i < kBK / 2; ++i) sf[i] = 0.f;
-        alpha_lo = alpha_hi = 1.f;
-        return;
-      }
-      const float ks0 = __ldg(kscale + 2 * t), ks1 = __ldg(kscale + 2 * t + 1);
-      const int valid = p.len_kv - t * kBK;
-      // Dequantization factor per (row half, column half); 1 in a partial tile,
-      // whose masked scores are scaled (and set to -inf) first.
-      float c_lo0 = qs_lo * ks0, c_lo1 = qs_lo * ks1, c_hi0 = qs_hi * ks0, c_hi1 = qs_hi * ks1;
-      float bias = 0.f;  // kFastCvt, full tile: sf = S + kMagicBias
-      if (valid >= kBK) {
-        if constexpr (kFastCvt) {
-          CUTE_UNROLL
-          for (int i = 0; i < kBK / 2; ++i) sf[i] = __int_as_float(int(acc_s(i)) + kMagicBits);
-          bias = kMagicBias;
-        } else {
-          CUTE_UNROLL
-          for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
-        }
-      } else {
-        CUTE_UNROLL
-        for (int i = 0; i < kBK / 2; ++i) {
-          const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
-          const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
-          sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
-        }
-        c_lo0 = c_lo1 = c_hi0 = c_hi1 = 1.f;
-      }
-      float a_lo0 = -INFINITY, a_lo1 = -INFINITY, a_hi0 = -INFINITY, a_hi1 = -INFINITY;
-      CUTE_UNROLL
-      for (int i = 0; i < kBK / 4; i += 4) {
-        a_lo0 = fmaxf(a_lo0, fmaxf(sf[i], sf[i + 1]));
-        a_hi0 = fmaxf(a_hi0, fmaxf(sf[i + 2], sf[i + 3]));
-        a_lo1 = fmaxf(a_lo1, fmaxf(sf[i + kBK / 4], sf[i + kBK / 4 + 1]));
-        a_hi1 = fmaxf(a_hi1, fmaxf(sf[i + kBK / 4 + 2], sf[i + kBK / 4 + 3]));
-      }
-      // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
-      // half (partial tile) has c = 1.
-      float mx_lo = fmaxf((a_lo0 - bias) * c_lo0, (a_lo1 - bias) * c_lo1),
-            mx_hi = fmaxf((a_hi0 - bias) * c_hi0, (a_hi1 - bias) * c_hi1);
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-      const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-      alpha_lo = fast_exp2(m_lo - mn_lo);
-      alpha_hi = fast_exp2(m_hi - mn_hi);
-      m_lo = mn_lo;
-      m_hi = mn_hi;
-      const float sh_lo = mn_lo - kLog2_448, sh_hi = mn_hi - kLog2_448;
-      // exp2 argument = (sf - bias)·c - sh = sf·c - (sh + bias·c), one FFMA.
-      float o_lo0 = sh_lo, o_lo1 = sh_lo, o_hi0 = sh_hi, o_hi1 = sh_hi;
-      if constexpr (kFastCvt) {
-        o_lo0 = fmaf(bias, c_lo0, sh_lo);
-        o_lo1 = fmaf(bias, c_lo1, sh_lo);
-        o_hi0 = fmaf(bias, c_hi0, sh_hi);
-        o_hi1 = fmaf(bias, c_hi1, sh_hi);
-      }
-      float sum_lo = 0.f, sum_hi = 0.f;
-      CUTE_UNROLL
-      for (int i = 0; i < kBK / 2; i += 4) {
-        const float cl = i < kBK / 4 ? c_lo0 : c_lo1, ch = i < kBK / 4 ? c_hi0 : c_hi1;
-        const float ol = i < kBK / 4 ? o_lo0 : o_lo1, oh = i < kBK / 4 ? o_hi0 : o_hi1;
-        sf[i] = fast_exp2(fmaf(sf[i], cl, -ol));
-        if constexpr (kPolyExp) {
-          sf[i + 1] = poly_exp2(fmaf(sf[i + 1], cl, -ol));
-        } else {
-          sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -ol));
-        }
-        sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -oh));
-        if constexpr (kPolyExp) {
-          sf[i + 3] = poly_exp2(fmaf(sf[i + 3], ch, -oh));
-        } else {
-          sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -oh));
-        }
-        sum_lo += sf[i] + sf[i + 1];
-        sum_hi += sf[i + 2] + sf[i + 3];
-      }
-      l_lo = l_lo * alpha_lo + sum_lo;
-      l_hi = l_hi * alpha_hi + sum_hi;
-    };
-
-    // kLean's softmax of the tile in acc_s, from its meta (K scales and tile
-    // index from shared memory: no global load). The same arithmetic as
-    // softmax() but with shorter dependency chains and no more live
-    // registers: each row-half maximum is 2 interleaved chains of 8 FMNMX
-    // (depth 9 instead of 16; exact in any order) and each row sum 4 chains
-    // of 8 FADD combined as a tree (depth 10 instead of 32; only the fp32
-    // rounding order changes). Wider trees were tried: their temporaries
-    // (8 per row half beside the 64 live scores) made ptxas spill.
+    // The online softmax of the tile in acc_s, from its meta (K scales and
+    // tile index from shared memory: no global load). Each row-half maximum
+    // is 2 interleaved chains of 8 FMNMX (exact in any order) and each row sum
+    // 4 chains of 8 FADD combined as a tree (only the fp32 rounding order
+    // changes). Wider trees were tried: their temporaries (8 per row half
+    // beside the 64 live scores) made ptxas spill.
     // A LUT entry outside [0, KB) comes as tile n_ktiles (see the producer):
     // no valid column, so it goes through the partial-tile path with every
     // score at -inf, P̃ = 0, and the running max unchanged; the guard below
-    // keeps a row that has seen no key yet (m = -inf) free of inf - inf. A
-    // separate early-out branch for it (as in softmax()) cost ~470 bytes of
-    // spills in the sparse overlap loop.
-    // Row max, exp2, row sums of the converted scores in sf (scaled by c, minus
-    // bias). Instantiated in both the full- and the partial-tile branch of
-    // softmax_lean: ptxas hoists a WARPGROUP.DEPBAR to the top of its basic
-    // block, and with one shared tail after the branch merge the wait for
-    // P̃·V of j (after the softmax in the source and the PTX) landed before
-    // the row max (SASS of the default kernel), so the 64 FFMA + 64 MUFU +
-    // 64 FADD of the exp phase ran after P̃·V had completed instead of beside it.
-    auto softmax_rest = [&](float c_lo0, float c_lo1, float c_hi0, float c_hi1, float bias, float& alpha_lo,
-                            float& alpha_hi) {
-        // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
-        float a[4][2];  // [lo0, hi0, lo1, hi1][chain]
+    // keeps a row that has seen no key yet (m = -inf) free of inf - inf.
+    // softmax_rest (row max, exp2, row sums of the scaled scores in sf) is
+    // instantiated in both the full- and the partial-tile branch: ptxas
+    // hoists a WARPGROUP.DEPBAR to the top of its basic block, and with one
+    // shared tail after the branch merge the wait for P̃·V of j landed before
+    // the row max, so the exp phase ran after P̃·V instead of beside it.
+    // Returns whether a row of this thread moved its reference max (kDefer:
+    // only by more than the headroom).
+    float sf[kBK / 2];
+    auto softmax_rest = [&](float c_lo0, float c_lo1, float c_hi0, float c_hi1, float& alpha_lo,
+                            float& alpha_hi) -> bool {
+      // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
+      float a[4][2];  // [lo0, hi0, lo1, hi1][chain]
+      CUTE_UNROLL
+      for (int g = 0; g < 4; ++g) {
+        const int b = 32 * (g / 2) + 2 * (g % 2);
+        a[g][0] = fmaxf(sf[b], sf[b + 4]);
+        a[g][1] = fmaxf(sf[b + 1], sf[b + 5]);
+      }
+      CUTE_UNROLL
+      for (int jn = 2; jn < 8; ++jn) {
         CUTE_UNROLL
         for (int g = 0; g < 4; ++g) {
-          const int b = 32 * (g / 2) + 2 * (g % 2);
-          a[g][0] = fmaxf(sf[b], sf[b + 4]);
-          a[g][1] = fmaxf(sf[b + 1], sf[b + 5]);
+          const int b = 32 * (g / 2) + 2 * (g % 2) + 4 * jn;
+          a[g][0] = fmaxf(a[g][0], sf[b]);
+          a[g][1] = fmaxf(a[g][1], sf[b + 1]);
         }
+      }
+      // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
+      // half (partial tile) has c = 1.
+      float mx_lo = fmaxf(fmaxf(a[0][0], a[0][1]) * c_lo0, fmaxf(a[2][0], a[2][1]) * c_lo1);
+      float mx_hi = fmaxf(fmaxf(a[1][0], a[1][1]) * c_hi0, fmaxf(a[3][0], a[3][1]) * c_hi1);
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+      // The new reference max: the running max, or (kDefer) the old one while
+      // the tile stays within the headroom (-inf + h = -inf: a row's first
+      // valid tile always moves it).
+      const bool grow_lo = mx_lo > m_lo + kHeadroom, grow_hi = mx_hi > m_hi + kHeadroom;
+      const float mn_lo = kDefer != kDeferOff ? (grow_lo ? mx_lo : m_lo) : fmaxf(m_lo, mx_lo);
+      const float mn_hi = kDefer != kDeferOff ? (grow_hi ? mx_hi : m_hi) : fmaxf(m_hi, mx_hi);
+      // Sparse: m stays -inf through LUT entries outside [0, KB) at the start
+      // of a row; 0 stands in for it there (α = 0 on O = 0, P̃ = exp2(-inf) = 0).
+      const float ms_lo = kSparse && mn_lo == -INFINITY ? 0.f : mn_lo;
+      const float ms_hi = kSparse && mn_hi == -INFINITY ? 0.f : mn_hi;
+      alpha_lo = fast_exp2(m_lo - ms_lo);
+      alpha_hi = fast_exp2(m_hi - ms_hi);
+      m_lo = mn_lo;
+      m_hi = mn_hi;
+      // exp2 argument = x·c - (m - log2 448 + h), one FFMA.
+      const float o_lo = ms_lo - kLog2_448 + kHeadroom, o_hi = ms_hi - kLog2_448 + kHeadroom;
+      float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 2; i += 4) {
+        const int hf = i / (kBK / 4);
+        const float cl = hf == 0 ? c_lo0 : c_lo1, ch = hf == 0 ? c_hi0 : c_hi1;
+        sf[i] = fast_exp2(fmaf(sf[i], cl, -o_lo));
+        sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -o_hi));
+        sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -o_lo));
+        sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -o_hi));
+        const bool first = i % (kBK / 4) == 0;
         CUTE_UNROLL
-        for (int jn = 2; jn < 8; ++jn) {
+        for (int r = 0; r < 2; ++r) {
           CUTE_UNROLL
-          for (int g = 0; g < 4; ++g) {
-            const int b = 32 * (g / 2) + 2 * (g % 2) + 4 * jn;
-            a[g][0] = fmaxf(a[g][0], sf[b]);
-            a[g][1] = fmaxf(a[g][1], sf[b + 1]);
-          }
+          for (int e = 0; e < 2; ++e) part[hf][r][e] = first ? sf[i + 2 * r + e] : part[hf][r][e] + sf[i + 2 * r + e];
         }
-        // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
-        // half (partial tile) has c = 1.
-        float mx_lo = fmaxf((fmaxf(a[0][0], a[0][1]) - bias) * c_lo0, (fmaxf(a[2][0], a[2][1]) - bias) * c_lo1);
-        float mx_hi = fmaxf((fmaxf(a[1][0], a[1][1]) - bias) * c_hi0, (fmaxf(a[3][0], a[3][1]) - bias) * c_hi1);
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-        const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-        // Sparse: m stays -inf through LUT entries outside [0, KB) at the start
-        // of a row; 0 stands in for it there (α = 0 on O = 0, P̃ = exp2(-inf) = 0).
-        const float ms_lo = kSparse && mn_lo == -INFINITY ? 0.f : mn_lo;
-        const float ms_hi = kSparse && mn_hi == -INFINITY ? 0.f : mn_hi;
-        alpha_lo = fast_exp2(m_lo - ms_lo);
-        alpha_hi = fast_exp2(m_hi - ms_hi);
-        m_lo = mn_lo;
-        m_hi = mn_hi;
-        // exp2 argument = (sf - bias)·c - (m - log2 448) = sf·c - o, one FFMA.
-        const float sh_lo = ms_lo - kLog2_448, sh_hi = ms_hi - kLog2_448;
-        const float o_lo0 = fmaf(bias, c_lo0, sh_lo), o_lo1 = fmaf(bias, c_lo1, sh_lo);
-        const float o_hi0 = fmaf(bias, c_hi0, sh_hi), o_hi1 = fmaf(bias, c_hi1, sh_hi);
-        float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each
-        CUTE_UNROLL
-        for (int i = 0; i < kBK / 2; i += 4) {
-          const int h = i / (kBK / 4);
-          const float cl = h == 0 ? c_lo0 : c_lo1, ch = h == 0 ? c_hi0 : c_hi1;
-          const float ol = h == 0 ? o_lo0 : o_lo1, oh = h == 0 ? o_hi0 : o_hi1;
-          sf[i] = fast_exp2(fmaf(sf[i], cl, -ol));
-          sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -oh));
-          if constexpr (kPolyExp) {
-            sf[i + 1] = poly_exp2(fmaf(sf[i + 1], cl, -ol));
-            sf[i + 3] = poly_exp2(fmaf(sf[i + 3], ch, -oh));
-          } else {
-            sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -ol));
-            sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -oh));
-          }
-          const bool first = i % (kBK / 4) == 0;
-          CUTE_UNROLL
-          for (int r = 0; r < 2; ++r) {
-            CUTE_UNROLL
-            for (int e = 0; e < 2; ++e) part[h][r][e] = first ? sf[i + 2 * r + e] : part[h][r][e] + sf[i + 2 * r + e];
-          }
-        }
-        const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
-        const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
-        l_lo = fmaf(l_lo, alpha_lo, sum_lo);
-        l_hi = fmaf(l_hi, alpha_hi, sum_hi);
+      }
+      const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
+      const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
+      l_lo = fmaf(l_lo, alpha_lo, sum_lo);
+      l_hi = fmaf(l_hi, alpha_hi, sum_hi);
+      return grow_lo || grow_hi;
     };
-    auto softmax_lean = [&](float4 meta, float& alpha_lo, float& alpha_hi) {
+    auto softmax = [&](float4 meta, float& alpha_lo, float& alpha_hi) -> bool {
       const int t = __float_as_int(meta.z);
       const int valid = p.len_kv - t * kBK;
       const float c_lo0 = qs_lo * meta.x, c_lo1 = qs_lo * meta.y, c_hi0 = qs_hi * meta.x, c_hi1 = qs_hi * meta.y;
       if (valid >= kBK) {
-        if constexpr (kFastCvt) {
-          // sf = S + kMagicBias (see kFastCvt), the bias taken out in the max and the exp2 FFMA.
-          CUTE_UNROLL
-          for (int i = 0; i < kBK / 2; ++i) sf[i] = __int_as_float(int(acc_s(i)) + kMagicBits);
-          softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, kMagicBias, alpha_lo, alpha_hi);
-        } else {
-          CUTE_UNROLL
-          for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
-          softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, 0.f, alpha_lo, alpha_hi);
-        }
-      } else {
-        // Partial tile: masked columns at -inf, the scale applied first (c = 1).
         CUTE_UNROLL
-        for (int i = 0; i < kBK / 2; ++i) {
-          const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
-          const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
-          sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
-        }
-        softmax_rest(1.f, 1.f, 1.f, 1.f, 0.f, alpha_lo, alpha_hi);
+        for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+        return softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, alpha_lo, alpha_hi);
       }
+      // Partial tile: masked columns at -inf, the scale applied first (c = 1).
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 2; ++i) {
+        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
+        const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
+        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
+      }
+      return softmax_rest(1.f, 1.f, 1.f, 1.f, alpha_lo, alpha_hi);
     };
 
-    // Software pipeline per warpgroup: while P̃·V of tile j runs on the tensor
-    // cores, Q·Kᵀ of tile j+1 has completed and its softmax runs on the CUDA cores.
-    float alpha_lo, alpha_hi;
-    // Ping-pong: named barrier 1 + c is consumer c's turn on the tensor cores
-    // (256 threads: its 128 syncing, the other consumer's 128 arriving).
-    // Consumer 0 goes first; every issue point (n + 1 per consumer: Q·Kᵀ of
-    // tile 0, then Q·Kᵀ of j+1 with P̃·V of j, then the last P̃·V) waits for its
-    // turn and then passes the turn on; consumer 1 does not pass its last one,
-    // so both barriers see n + 1 syncs and n + 1 arrivals. Dense only: both
-    // consumers visit the same n tiles.
-    auto sched_wait = [&]() {
-      if constexpr (kPingPong) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + c) : "memory");
-    };
-    auto sched_pass = [&](bool last) {
-      if constexpr (kPingPong) {
-        if (!(last && c == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - c) : "memory");
-      }
-    };
-    if constexpr (kPingPong) {
-      if (c == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
-    }
-    sched_wait();
-    issue_qk(0);
-    sched_pass(false);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_s);
-    if constexpr (kLean) {
-      softmax_lean(meta_next, alpha_lo, alpha_hi);
-    } else {
-      softmax(tile_at(pipe, 0), alpha_lo, alpha_hi);
-    }
     // P̃ (in sf) to e4m3 in the A-fragment order: k-step ks covers n-chunks
     // 4ks .. 4ks+3; a0 = row g of chunks 4ks, 4ks+1; a1 = row g+8 of them;
     // a2, a3 = chunks 4ks+2, 4ks+3.
@@ -628,51 +461,58 @@ __global__ void __launch_bounds__(kThreads, 1)
         dst[4 * ks + 3] = e4m3x2(sf[b0 + 10], sf[b0 + 11]) | (e4m3x2(sf[b0 + 14], sf[b0 + 15]) << 16);
       }
     };
-    auto pack_p = [&]() { pack_to(preg); };
-    // O_tmp = P̃·V of tile j into a fresh buffer (issued, not waited for).
-    auto issue_pv = [&](int j) {
+    // O_tmp = P̃·V of tile j (P̃ in fragment frag) into acc_t, issued, not
+    // waited for; onto what acc_t holds when `accumulate`.
+    auto issue_pv = [&](int j, auto& frag, bool accumulate) {
       warpgroup_fence_operand(acc_t);
       warpgroup_arrive();
-      mma_pv.accumulate_ = GMMA::ScaleOut::Zero;
+      mma_pv.accumulate_ = accumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
       CUTE_UNROLL
-      for (int kk = 0; kk < size<2>(tOrP); ++kk) {
-        cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
+      for (int kk = 0; kk < size<2>(frag); ++kk) {
+        cute::gemm(mma_pv, frag(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
         mma_pv.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
     };
-    // After P̃·V of tile j completed: the second accumulation level, O = O·α + O_tmp
-    // in fp32 on the CUDA cores; K and V of tile j are released.
+    // K and V of tile j are no longer read (its P̃·V has completed).
+    auto release = [&](int j) {
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
+    };
+    // After P̃·V of tile j completed: the second accumulation level,
+    // O = O·α + O_tmp in fp32 on the CUDA cores, and tile j's stage released.
     auto finish_tile = [&](int j, float a_lo, float a_hi) {
       warpgroup_fence_operand(acc_t);
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) = fmaf(acc_o(i), (i & 2) ? a_hi : a_lo, acc_t(i));
-      __syncwarp();
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
+      release(j);
     };
-    if constexpr (kLean) {
-      // The overlap schedule of the default (P̃·V of j on the tensor cores
-      // while the softmax of j+1 runs), but with the whole softmax of j+1 and
-      // its P̃ pack really before the wait for P̃·V of j (see softmax_rest
-      // and the pack below; ptxas -v: no spills, no C7514). Tried and
-      // dropped: issuing Q·Kᵀ of j+2 before the accumulation of j (its commit
-      // group waited for in the next iteration, or the accumulation moved
-      // after it: ptxas serialized every wgmma (C7514) or spilled ~600 bytes).
+
+    float alpha_lo, alpha_hi;
+    issue_qk(0);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_s);
+    softmax(meta_next, alpha_lo, alpha_hi);
+    if constexpr (kDefer != kDeferTwoFragments) {
+      // P̃·V of tile j runs on the tensor cores while the softmax of j+1 and
+      // its P̃ pack run (ptxas -v: no spills, no C7514). Tried and dropped:
+      // issuing Q·Kᵀ of j+2 before the accumulation of j (its commit group
+      // waited for in the next iteration, or the accumulation moved after it:
+      // ptxas serialized every wgmma (C7514) or spilled ~600 bytes).
       // opaque_zero: 0 from a register ptxas cannot know (the dynamic shared
       // memory size is below 2^30 bytes).
       uint32_t opaque_zero;
       asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(opaque_zero));
       opaque_zero >>= 30;
-      pack_p();
+      pack_to(preg);
+      bool pending = false;  // kDeferMove: acc_t holds P̃·V of tile j-1, not yet folded into O
       for (int j = 0; j < n - 1; ++j) {
-        sched_wait();
         issue_qk(j + 1);
-        issue_pv(j);
-        sched_pass(false);
+        issue_pv(j, tOrP, pending);
         warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
         warpgroup_fence_operand(acc_s);
         float next_lo, next_hi;
-        softmax_lean(meta_next, next_lo, next_hi);
+        const bool grew = softmax(meta_next, next_lo, next_hi);
         // P̃ of j+1 packed to e4m3 now, into 32 registers of its own (P̃·V of
         // j still reads preg): 32 live values across the wait instead of 64
         // floats, which is what lets the softmax sit before the wait without
@@ -682,55 +522,65 @@ __global__ void __launch_bounds__(kThreads, 1)
         // pack (same thing), so the move is an add of opaque_zero: 32 IADDs.
         uint32_t pk[kBK / 4];
         pack_to(pk);
+        const bool fold = kDefer == kDeferOff || warpgroup_any(grew, 1 + c) || pending;
         warpgroup_wait<0>();
         CUTE_UNROLL
         for (int i = 0; i < kBK / 4; ++i) preg[i] = pk[i] + opaque_zero;
-        finish_tile(j, alpha_lo, alpha_hi);
-        alpha_lo = next_lo;
-        alpha_hi = next_hi;
-      }
-      sched_wait();
-      issue_pv(n - 1);
-      sched_pass(true);
-      warpgroup_wait<0>();
-      finish_tile(n - 1, alpha_lo, alpha_hi);
-    } else if constexpr (kOverlap) {
-      // While P̃·V of tile j runs on the tensor cores, Q·Kᵀ of tile j+1 has
-      // completed and its softmax runs on the CUDA cores.
-      for (int j = 0; j < n - 1; ++j) {
-        pack_p();
-        sched_wait();
-        issue_qk(j + 1);
-        issue_pv(j);
-        sched_pass(false);
-        warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
-        warpgroup_fence_operand(acc_s);
-        float next_lo, next_hi;
-        softmax(tile_at(pipe, j + 1), next_lo, next_hi);
-        warpgroup_wait<0>();
-        finish_tile(j, alpha_lo, alpha_hi);
-        alpha_lo = next_lo;
-        alpha_hi = next_hi;
-      }
-      pack_p();
-      sched_wait();
-      issue_pv(n - 1);
-      sched_pass(true);
-      warpgroup_wait<0>();
-      finish_tile(n - 1, alpha_lo, alpha_hi);
-    } else {
-      for (int j = 0; j < n; ++j) {
-        pack_p();
-        issue_pv(j);
-        warpgroup_wait<0>();
-        finish_tile(j, alpha_lo, alpha_hi);
-        if (j + 1 < n) {
-          issue_qk(j + 1);
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(acc_s);
-          softmax(tile_at(pipe, j + 1), alpha_lo, alpha_hi);
+        if (pending) release(j - 1);
+        if (fold) {
+          finish_tile(j, alpha_lo, alpha_hi);
+          alpha_lo = next_lo;
+          alpha_hi = next_hi;
+          pending = false;
+        } else {
+          pending = true;  // next_* == 1 in every row: nothing moved
         }
       }
+      issue_pv(n - 1, tOrP, pending);
+      warpgroup_wait<0>();
+      if (pending) release(n - 2);
+      finish_tile(n - 1, alpha_lo, alpha_hi);
+    } else {
+      // alpha_*: α of the first tile in acc_t (what the fold applies to O).
+      pack_to(preg);
+      bool pending = false;  // acc_t holds P̃·V of tile j-1, not yet folded into O
+      // One tile: P̃ of tile j in `cur`, P̃ of j+1 packed into `next_regs`.
+      auto step = [&](int j, auto& cur, uint32_t* next_regs) __attribute__((always_inline)) {
+        issue_qk(j + 1);
+        issue_pv(j, cur, pending);
+        warpgroup_wait<1>();  // Q·Kᵀ of j+1, and P̃·V of j-1 (groups complete in order)
+        warpgroup_fence_operand(acc_s);
+        if (pending) release(j - 1);
+        float next_lo, next_hi;
+        const bool grew = softmax(meta_next, next_lo, next_hi);
+        pack_to(next_regs);
+        if (warpgroup_any(grew, 1 + c) || pending) {
+          warpgroup_wait<0>();
+          finish_tile(j, alpha_lo, alpha_hi);
+          alpha_lo = next_lo;
+          alpha_hi = next_hi;
+          pending = false;
+        } else {
+          pending = true;  // next_* == 1 in every row: nothing moved
+        }
+      };
+      int j = 0;
+      for (; j + 2 <= n - 1; j += 2) {
+        step(j, tOrP, preg2);
+        step(j + 1, tOrP2, preg);
+      }
+      if (j < n - 1) {
+        step(j, tOrP, preg2);
+        ++j;
+      }
+      if (j & 1) {
+        issue_pv(j, tOrP2, pending);
+      } else {
+        issue_pv(j, tOrP, pending);
+      }
+      warpgroup_wait<0>();
+      if (pending) release(j - 1);
+      finish_tile(j, alpha_lo, alpha_hi);
     }
 
     // ---- epilogue ----
@@ -739,10 +589,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
     const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-    const float* vscale = p.vscale + int64_t(bh) * D;
-    // kLean: this warpgroup's stores of ls.vscale / ls.qkm (named barrier 3 + c;
-    // 1 and 2 are the ping-pong ones) are visible past this point.
-    if constexpr (kLean) asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
+    // This warpgroup's stores of ms.vscale / ms.qkm (named barrier 3 + c; 1
+    // and 2 are warpgroup_any's) are visible past this point.
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
     const int r_lo = q0 + wrow, r_hi = r_lo + 8;
     __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
     CUTE_UNROLL
@@ -752,28 +601,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int row = hi ? r_hi : r_lo;
       if (row >= p.len_q) continue;
       const float inv = hi ? inv_hi : inv_lo;
-      const float2 vs = kLean ? *reinterpret_cast<const float2*>(&ls.vscale[c][col])
-                              : __ldg(reinterpret_cast<const float2*>(vscale + col));
+      const float2 vs = *reinterpret_cast<const float2*>(&ms.vscale[c][col]);
       *reinterpret_cast<__nv_bfloat162*>(og + int64_t(row) * p.os.token + col) =
           __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
     }
     if (p.lse != nullptr && tq == 0) {
+      // P̃ = 448·2^(s - m - h): log2 Σ 2^s = m + log2 l - log2 448 + h.
       constexpr float kLn2 = 0.69314718055994531f;
       float* lse = p.lse + int64_t(bh) * p.len_q;
-      if constexpr (kLean) {
-        if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + ls.qkm[c][wrow];
-        if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + ls.qkm[c][wrow + 8];
-      } else {
-        if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_lo];
-        if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + p.qkm[int64_t(bh) * p.lq_pad + r_hi];
-      }
+      if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448 + kHeadroom) * kLn2 + ms.qkm[c][wrow];
+      if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448 + kHeadroom) * kLn2 + ms.qkm[c][wrow + 8];
     }
   }
 #endif
 }
 
-template <int D, int kPipes, int kStagesPerPipe, int kSched, bool kFastCvt = false, bool kPolyExp = false,
-          bool kLean = false>
+template <int D, int kPipes, int kStagesPerPipe, int kDefer>
 Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
   using T = Sm90Traits<D>;
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
@@ -789,10 +632,9 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
   auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
-  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kSched, kFastCvt, kPolyExp, kLean>;
-  static_assert(sizeof(typename C::Shared) % 16 == 0, "LeanShared's float4 follows Shared");
-  const int smem =
-      int(sizeof(typename C::Shared) + (kLean ? sizeof(LeanShared<D, C::kAllStages>) : 0));
+  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kDefer>;
+  static_assert(sizeof(typename C::Shared) % 16 == 0, "MetaShared's float4 follows Shared");
+  const int smem = int(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
@@ -821,99 +663,44 @@ Status sm90_supports(const AttnProblem& p, const SageSparse* sp) {
 
 Sm90Variant sm90_variant_from_env() {
   Sm90Variant v;
-  if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_OVERLAP"); e && e[0] == '0') v.dense = Sm90Dense::Plain;
   if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_DENSE")) {
     const std::string s(e);
-    if (s == "plain") v.dense = Sm90Dense::Plain;
-    else if (s == "overlap") v.dense = Sm90Dense::Overlap;
-    else if (s == "pingpong") v.dense = Sm90Dense::PingPong;
-    else if (s == "fastcvt") v.dense = Sm90Dense::FastCvt;
-    else if (s == "pingpong_fastcvt") v.dense = Sm90Dense::PingPongFastCvt;
-    else if (s == "fastcvt_poly") v.dense = Sm90Dense::FastCvtPoly;
-    else if (s == "pingpong_fastcvt_poly") v.dense = Sm90Dense::PingPongFastCvtPoly;
-    else if (s == "lean") v.dense = Sm90Dense::Lean;
-    else if (s == "lean_fastcvt") v.dense = Sm90Dense::LeanFastCvt;
-    else if (s == "lean_fastcvt_poly") v.dense = Sm90Dense::LeanFastCvtPoly;
-    else if (s == "lean_pingpong") v.dense = Sm90Dense::LeanPingPong;
+    if (s == "lean") v.dense = Sm90Dense::Lean;
+    else if (s == "lean_defer") v.dense = Sm90Dense::LeanDefer;
+    else if (s == "lean_defer_move") v.dense = Sm90Dense::LeanDeferMove;
   }
   if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
     const std::string s(e);
-    if (s == "stages3") v.sparse = Sm90Sparse::Stages3;
-    else if (s == "stages3_fastcvt") v.sparse = Sm90Sparse::Stages3FastCvt;
-    else if (s == "stages3_fastcvt_poly") v.sparse = Sm90Sparse::Stages3FastCvtPoly;
-    else if (s == "stages2") v.sparse = Sm90Sparse::Stages2;
-    else if (s == "lean") v.sparse = Sm90Sparse::Lean;
-    else if (s == "lean_stages3") v.sparse = Sm90Sparse::LeanStages3;
-    else if (s == "lean_fastcvt") v.sparse = Sm90Sparse::LeanFastCvt;
+    if (s == "lean_stages3") v.sparse = Sm90Sparse::LeanStages3;
+    else if (s == "lean_stages3_defer") v.sparse = Sm90Sparse::LeanStages3Defer;
+    else if (s == "lean_stages3_defer_move") v.sparse = Sm90Sparse::LeanStages3DeferMove;
   }
   return v;
 }
 
 template <int D>
 Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v, cudaStream_t stream) {
+  // Prediction for the kDefer variants (see kDeferHeadroom; the profile of
+  // lean: issue slots 50%, dependency-bound, ~600 instructions per thread and
+  // tile): _defer (two fragments) ~50 fewer instructions per tile (32 fold
+  // FFMAs, 32 moves, +11 spill loads/stores around the fold) and half the
+  // waits for P̃·V: 5-8% off the dense kernel (8.2 -> ~7.6-7.8 ms at
+  // 1x12x32760x128); _defer_move ~30 fewer: 2-4%. Less on sparse rows (~25
+  // tiles, more of them early tiles whose max still moves).
   if (sp) {
     switch (v.sparse) {
-      case Sm90Sparse::Stages3: return launch<D, 2, 3, kSchedPlain>(ap, p, stream);
-      case Sm90Sparse::Stages3FastCvt: return launch<D, 2, 3, kSchedPlain, true>(ap, p, stream);
-      case Sm90Sparse::Stages3FastCvtPoly: return launch<D, 2, 3, kSchedPlain, true, true>(ap, p, stream);
-      // Lean sparse (see the dense prediction below; sparse rows are ~13 tiles
-      // at topk 0.05, so the fixed costs matter more): the producer's batched
-      // LUT / K-scale loads replace up to kStages serial L2 round trips
-      // (~1 µs each) before the first tiles, and the overlap schedule (plain
-      // today: WARPGROUP.DEPBAR waits on its own wgmmas were the top stall)
-      // hides P̃·V behind the next softmax (both rows of a CTA are separate
-      // pipes, so no tensor-core sharing pattern changes). Prediction: 640 ->
-      // ~480-520 µs at topk 0.05 (1x12x32760); lean_stages3 a few % more
-      // (one more random-block prefetch in flight).
-      case Sm90Sparse::Lean: return launch<D, 2, 2, kSchedOverlap, false, false, true>(ap, p, stream);
-      case Sm90Sparse::LeanStages3: return launch<D, 2, 3, kSchedOverlap, false, false, true>(ap, p, stream);
-      case Sm90Sparse::LeanFastCvt: return launch<D, 2, 2, kSchedOverlap, true, false, true>(ap, p, stream);
-      case Sm90Sparse::Stages2: break;
+      case Sm90Sparse::LeanStages3Defer: return launch<D, 2, 3, kDeferTwoFragments>(ap, p, stream);
+      case Sm90Sparse::LeanStages3DeferMove: return launch<D, 2, 3, kDeferMove>(ap, p, stream);
+      case Sm90Sparse::LeanStages3: break;
     }
-    return launch<D, 2, 2, kSchedPlain>(ap, p, stream);
+    return launch<D, 2, 3, kDeferOff>(ap, p, stream);
   }
   switch (v.dense) {
-    case Sm90Dense::Plain: return launch<D, 1, 4, kSchedPlain>(ap, p, stream);
-    case Sm90Dense::PingPong: return launch<D, 1, 4, kSchedPingPong>(ap, p, stream);
-    case Sm90Dense::FastCvt: return launch<D, 1, 4, kSchedOverlap, true>(ap, p, stream);
-    case Sm90Dense::PingPongFastCvt: return launch<D, 1, 4, kSchedPingPong, true>(ap, p, stream);
-    case Sm90Dense::FastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true>(ap, p, stream);
-    case Sm90Dense::PingPongFastCvtPoly: return launch<D, 1, 4, kSchedPingPong, true, true>(ap, p, stream);
-    // Lean dense. Prediction (H200 profile of the overlap default: ~2930
-    // cycles per 128-key tile and CTA, tensor pipe 37%, latency-bound; MUFU
-    // and tensor work are each ~1024 cycles per tile, the ceiling):
-    // (1) true overlap: in the default's SASS the wait for P̃·V of j sits at
-    //     the top of the row max (ptxas hoists WARPGROUP.DEPBAR to the top of
-    //     its basic block), so every tile exposes the P̃·V latency (>= 256
-    //     tensor cycles, more while the other warpgroup's wgmmas run) before
-    //     the exp phase (64 MUFU at 8 cycles each per warp + 64 FFMA + FADD);
-    //     lean runs the whole exp phase and the P̃ pack beside it: -250..-400
-    //     cycles per tile;
-    // (2) no spills (default: 24 LDL + 24 STL per tile per warp in the loop,
-    //     around the accumulation): ~-5%;
-    // (3) the kscale LDG + dependent FMUL (long_scoreboard every tile) become
-    //     one LDS right after the stage's barrier, ~1-3%;
-    // (4) row max in 8 chains of 8 and row sums in 8 chains of 8 (from 4
-    //     and 2 chains of 16): ~2%.
-    // +32 IADD per tile for the P̃ move (see the loop). Expected ~15-25%:
-    // 9.1 -> ~7.0-7.8 ms at 1x12x32760x128 (kernel; ~+0.35 ms quantization).
-    // lean_fastcvt: I2F (64 per tile, beside the max) replaced by IADD, a few %
-    // if the conversion pipe then limits; lean_fastcvt_poly: half the exp2 on
-    // the FMA pipe, for when the MUFU queue (mio stalls on MUFU.EX2 in the
-    // profile) becomes the limit once the exp phase overlaps the wgmmas.
-    case Sm90Dense::Lean: return launch<D, 1, 4, kSchedOverlap, false, false, true>(ap, p, stream);
-    case Sm90Dense::LeanFastCvt: return launch<D, 1, 4, kSchedOverlap, true, false, true>(ap, p, stream);
-    case Sm90Dense::LeanFastCvtPoly: return launch<D, 1, 4, kSchedOverlap, true, true, true>(ap, p, stream);
-    // lean_pingpong: lean with the two consumers taking turns at the issue
-    // points (as pingpong). With the exp phase now beside the wgmmas, the
-    // turn-taking keeps one warpgroup's softmax under the other's wgmmas
-    // instead of both softmaxes contending for MUFU at once (mio stalls on
-    // MUFU.EX2 in the profile); it costs a named-barrier wait per issue point.
-    // Prediction: within ±5% of lean; better if MUFU contention dominates.
-    case Sm90Dense::LeanPingPong: return launch<D, 1, 4, kSchedPingPong, false, false, true>(ap, p, stream);
-    case Sm90Dense::Overlap: break;
+    case Sm90Dense::LeanDefer: return launch<D, 1, 4, kDeferTwoFragments>(ap, p, stream);
+    case Sm90Dense::LeanDeferMove: return launch<D, 1, 4, kDeferMove>(ap, p, stream);
+    case Sm90Dense::Lean: break;
   }
-  return launch<D, 1, 4, kSchedOverlap>(ap, p, stream);
+  return launch<D, 1, 4, kDeferOff>(ap, p, stream);
 }
 
 Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v,
