@@ -3,17 +3,19 @@
 // operation, arguments and outputs as layernorm_modulate_quant_block128_cuda
 // (layernorm_modulate_quant.h), x read from HBM once, with loads of the next
 // 128-row stripe in flight while the current one is normalized and
-// quantized. sm_90+ (thread-block clusters, distributed shared memory, bulk
-// asynchronous copies); the design and its prediction are at the top of
-// layernorm_modulate_quant_block128_stream.cu.
+// quantized. sm_90+ (thread-block clusters, distributed shared memory); the
+// design, its prediction and the H200 measurement are at the top of
+// layernorm_modulate_quant_block128_stream.cu. Measured 32% / 26% of copy at
+// Wan's 32760x1536 / 75600x5120 against the portable path's 42% / 39%: not
+// the default (the lead wires the dispatch after measurements).
 //
 // Same requirements as the other CUDA paths (dim a multiple of 8, at most
 // 32768; ld_x, ld_q, ld_mod multiples of 8; x, mod_shift, mod_scale 16-byte
 // and q 8-byte aligned): InvalidArgument otherwise. Unsupported (the caller
 // falls back to layernorm_modulate_quant_block128_cuda) on a device below
 // sm_90, a build without sm_90 code, or a row width whose stripe slabs do not
-// fit a cluster's shared memory (16-bit rows up to ~10000 columns and fp32
-// rows up to ~5000 run).
+// fit a cluster's shared memory (16-bit rows up to 12288 columns and fp32
+// rows up to 6144 run, where the device schedules the cluster size needed).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,8 @@ namespace td::kernels {
 //   rows_per_warp (1 or 2) and slots: a warp covers rows_per_warp rows of a
 //     chunk with `slots` 8-element packs per lane;
 //   ring_chunks chunks of 16 * rows_per_warp rows of the slab in shared
-//     memory, filled by bulk copies (ring_chunks >= 2 stripes: the next
-//     stripe loads while this one is processed).
+//     memory, filled by per-thread cp.async; whole stripes, two where shared
+//     memory allows (the next stripe loads while this one is processed).
 struct LnQuantStreamPlan {
   int row_parts = 0, col_parts = 0, slab_cols = 0, rows_per_warp = 0, slots = 0, ring_chunks = 0;
   int clusters = 0;  // clusters resident at once (the persistent grid)
