@@ -222,29 +222,6 @@ int main(int argc, char** argv) {
         }
       }
       if (st != Status::Ok) r[key + "_error"] = td::kernels::attention_last_error();
-      if (sm90 && st == Status::Ok) {
-        // The sm_90a dense kernel's other variants (TURBODIFF_SAGE_SM90_DENSE;
-        // "sage_sm90" above is the default, lean), same process, same inputs.
-        for (const char* variant : {"lean_defer", "lean_defer_move"}) {
-          setenv("TURBODIFF_SAGE_SM90_DENSE", variant, 1);
-          const std::string vkey = std::string("sage_sm90_") + variant;
-          run(0);
-          if (st == Status::Ok) {
-            const td::bench::Timing t = td::bench::time_cuda(run, stream, 1, reps_for(time_once(run, stream), 300.0));
-            if (st == Status::Ok) {
-              record(vkey.c_str(), t);
-              if (r.contains("cudnn_ms")) {
-                r[vkey + "_speed_vs_cudnn"] = r["cudnn_ms"].get<double>() / t.median_ms;
-                r[vkey + "_vs_cudnn_rel_l2_first_1M"] =
-                    rel_l2_sample(o_flash, o_cudnn, std::min<size_t>(nq, size_t(1) << 20));
-              }
-            }
-          }
-          unsetenv("TURBODIFF_SAGE_SM90_DENSE");
-          if (st != Status::Ok) r[vkey + "_error"] = td::kernels::attention_last_error();
-          st = Status::Ok;  // the next variant and the sparse runs still go
-        }
-      }
       if (run_sparse && s.len_q == s.len_kv && st == Status::Ok) {
         const int64_t bq = sm90 ? 64 : 128, bk = sm90 ? 128 : 64;
         const int64_t QB = (s.len_q + bq - 1) / bq, KB = (s.len_kv + bk - 1) / bk;
@@ -268,28 +245,19 @@ int main(int argc, char** argv) {
             if (sst == Status::Ok)
               sst = td::kernels::sage_attention_cuda(p, q, k, v, o_flash, nullptr, &sp, be, ws, ws_bytes, stream);
           };
-          // sm_90a: the default (lean_stages3), then the other variants
-          // (TURBODIFF_SAGE_SM90_SPARSE=<variant>, key suffix _<variant>).
-          for (const char* variant : sm90 ? std::vector<const char*>{"", "lean_stages3_defer", "lean_stages3_defer_move"}
-                                          : std::vector<const char*>{""}) {
-            const bool deep = variant[0] != 0;
-            if (deep) setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);
-            sst = Status::Ok;
-            run_sp(0);
-            char name[80];
-            std::snprintf(name, sizeof name, "%s_sparse_topk%.2f%s%s", key.c_str(), topk, deep ? "_" : "", variant);
+          sst = Status::Ok;
+          run_sp(0);
+          char name[80];
+          std::snprintf(name, sizeof name, "%s_sparse_topk%.2f", key.c_str(), topk);
+          if (sst == Status::Ok) {
+            const td::bench::Timing t = td::bench::time_cuda(run_sp, stream, 1, reps_for(time_once(run_sp, stream), 300.0));
             if (sst == Status::Ok) {
-              const td::bench::Timing t =
-                  td::bench::time_cuda(run_sp, stream, 1, reps_for(time_once(run_sp, stream), 300.0));
-              if (sst == Status::Ok) {
-                record(name, t);
-                r[std::string(name) + "_n_sel"] = n_sel;
-                r[std::string(name) + "_blocks"] = std::to_string(bq) + "x" + std::to_string(bk);
-              }
+              record(name, t);
+              r[std::string(name) + "_n_sel"] = n_sel;
+              r[std::string(name) + "_blocks"] = std::to_string(bq) + "x" + std::to_string(bk);
             }
-            if (sst != Status::Ok) r[std::string(name) + "_error"] = td::kernels::attention_last_error();
-            if (deep) unsetenv("TURBODIFF_SAGE_SM90_SPARSE");
           }
+          if (sst != Status::Ok) r[std::string(name) + "_error"] = td::kernels::attention_last_error();
           cudaFree(lut_dev);
         }
       }

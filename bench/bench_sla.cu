@@ -6,9 +6,6 @@
 // SageAttention-style kernel with its quantization passes, linear branch).
 // The sparse kernels' dense-equivalent throughput is 4·B·H·L²·D / time.
 // CUDA events after warm-up, medians; inputs (>= 300 MB) exceed L2.
-// On sm_90a `sagesla_sparse_lean_stages3_defer` times the sparse kernel's
-// other variant
-// (TURBODIFF_SAGE_SM90_SPARSE) on the same LUT beside `sagesla_sparse`.
 // Block selection's top-k in both variants side by side: `*_select` / `*_total`
 // with the bitonic sort (the default), `*_select_radix` / `*_total_radix` with
 // the radix select (SlaTopkAlgo::Radix; the same LUT); `sagesla_total_overlap` /
@@ -295,24 +292,6 @@ int main(int argc, char** argv) {
                                              sage_bytes, stream);
           });
           if (ms > 0) r["sagesla_sparse_dense_equiv_tflops"] = dense_flops / (ms * 1e-3) / 1e12;
-          // The sm_90a sparse kernel's lean variants beside the default
-          // (TURBODIFF_SAGE_SM90_SPARSE=<variant>): sagesla_sparse_<variant>.
-          if (major == 9) {
-            for (const char* variant : {"lean_stages3_defer", "lean_stages3_defer_move"}) {
-              setenv("TURBODIFF_SAGE_SM90_SPARSE", variant, 1);
-              const std::string key = std::string("sagesla_sparse_") + variant;
-              Status vst = Status::Ok;
-              const auto run_variant = [&](int) {
-                if (vst == Status::Ok)
-                  vst = td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto,
-                                                         sage_ws, sage_bytes, stream);
-              };
-              run_variant(0);
-              if (vst == Status::Ok) record(key, run_variant);
-              if (vst != Status::Ok) r[key + "_error"] = td::kernels::attention_last_error();
-              unsetenv("TURBODIFF_SAGE_SM90_SPARSE");
-            }
-          }
           record("sagesla_total", [&](int) {
             td::kernels::sla_block_select_cuda(p, q, k, nullptr, lut, sel_ws, sel_bytes, stream);
             td::kernels::sage_attention_cuda(ap, q, k, v, o, nullptr, &sp, td::kernels::SageBackend::Auto, sage_ws,

@@ -233,45 +233,6 @@ std::vector<SageBackend> device_backends() {
 }
 const char* be_name(SageBackend be) { return be == SageBackend::Sm90 ? "sm90" : "portable"; }
 
-// One GPU run: a backend and, for the sm_90a kernel, one of its variants (an
-// environment variable read at every call; see sage_attention_internal.h).
-struct VariantRun {
-  SageBackend be;
-  const char* env = nullptr;  // null: the defaults
-  const char* value = nullptr;
-  std::string label() const {
-    return std::string(be_name(be)) + (env ? std::string(" ") + env + "=" + value : std::string());
-  }
-  // The simulation's lazy-max headroom for this run (the _defer variants).
-  float headroom() const {
-    return value && std::string(value).find("defer") != std::string::npos ? kernels::kSageSm90DeferHeadroom : 0.f;
-  }
-};
-// Every backend, and every sm_90a variant that serves the problem kind.
-std::vector<VariantRun> device_runs(bool sparse) {
-  std::vector<VariantRun> out;
-  for (SageBackend be : device_backends()) {
-    if (be != SageBackend::Sm90) {
-      out.push_back({be});
-    } else if (sparse) {
-      for (const char* v : {"lean_stages3", "lean_stages3_defer", "lean_stages3_defer_move"}) out.push_back({be, "TURBODIFF_SAGE_SM90_SPARSE", v});
-    } else {
-      for (const char* v : {"lean", "lean_defer", "lean_defer_move"}) out.push_back({be, "TURBODIFF_SAGE_SM90_DENSE", v});
-    }
-  }
-  return out;
-}
-// Sets a run's variable for its scope.
-struct ScopedRunEnv {
-  const char* env;
-  explicit ScopedRunEnv(const VariantRun& r) : env(r.env) {
-    if (env) setenv(env, r.value, 1);
-  }
-  ~ScopedRunEnv() {
-    if (env) unsetenv(env);
-  }
-};
-
 class SageAttentionGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
@@ -307,10 +268,8 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
   }
   const std::vector<double> exact(exact_o.begin(), exact_o.end());
 
-  for (const VariantRun& run : device_runs(c.n_sel != 0)) {
-    const SageBackend be = run.be;
-    SCOPED_TRACE(run.label());
-    const ScopedRunEnv env(run);
+  for (const SageBackend be : device_backends()) {
+    SCOPED_TRACE(be_name(be));
     const GpuOut g = run_gpu(*f, c, be);
     if (be == SageBackend::Sm90 && c.n_sel && !(c.block_q == 64 && c.block_k == 128)) {
       // The sm_90a kernel serves SageSLA's 64x128 blocks only; others go to the portable kernel.
@@ -325,7 +284,7 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     std::vector<float> sim_o(exact_o.size()), sim_lse(static_cast<size_t>(nlse));
     const SageSparse hsp{f->lut.data(), c.n_sel, c.block_q, c.block_k};
     ASSERT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(),
-                                          c.n_sel ? &hsp : nullptr, be, run.headroom()),
+                                          c.n_sel ? &hsp : nullptr, be),
               Status::Ok)
         << kernels::attention_last_error();
     const test::Accuracy vs_sim = test::compare(g.o, std::vector<double>(sim_o.begin(), sim_o.end()));
@@ -338,7 +297,7 @@ TEST_P(SageAttentionGpu, MatchesSimulationAndExact) {
     EXPECT_GE(vs_exact.cosine, kMinCosine) << vs_exact.str();
     EXPECT_LE(vs_exact.rel_l1, kMaxRelL1) << vs_exact.str();
     EXPECT_LE(lse_err(g.lse, exact_lse).first, c.structured ? kMaxLseAbsStructured : kMaxLseAbs);
-    std::printf("[ sage %s ] %s: vs simulation %s | vs exact %s | LSE max abs err %.3g\n", run.label().c_str(),
+    std::printf("[ sage %s ] %s: vs simulation %s | vs exact %s | LSE max abs err %.3g\n", be_name(be),
                 case_str(c).c_str(), vs_sim.str().c_str(), vs_exact.str().c_str(), lse_err(g.lse, exact_lse).first);
   }
 }
@@ -397,10 +356,8 @@ TEST(SageAttentionGpuLarge, Wan480pLengthAgainstFp64OnRowSubset) {
       for (int64_t ch = 0; ch < D; ++ch) ref.push_back(acc[size_t(ch)] / l);
       ref_lse.push_back(mx + std::log(l));
     }
-  for (const VariantRun& run : device_runs(false)) {
-    const SageBackend be = run.be;
-    SCOPED_TRACE(run.label());
-    const ScopedRunEnv env(run);
+  for (const SageBackend be : device_backends()) {
+    SCOPED_TRACE(be_name(be));
     const GpuOut g = run_gpu(*f, c, be);
     ASSERT_EQ(g.status, Status::Ok) << kernels::attention_last_error();
     std::vector<double> got;
@@ -416,7 +373,7 @@ TEST(SageAttentionGpuLarge, Wan480pLengthAgainstFp64OnRowSubset) {
     EXPECT_GE(a.cosine, kMinCosine) << a.str();
     EXPECT_LE(a.rel_l1, kMaxRelL1) << a.str();
     EXPECT_LE(lse_max, kMaxLseAbs);
-    std::printf("[ sage %s ] 1x2x32760x128 Gaussian vs fp64 (%zu rows): %s, LSE max abs err %.3g\n", run.label().c_str(),
+    std::printf("[ sage %s ] 1x2x32760x128 Gaussian vs fp64 (%zu rows): %s, LSE max abs err %.3g\n", be_name(be),
                 rows.size() * size_t(c.heads), a.str().c_str(), lse_max);
   }
 }
@@ -445,19 +402,17 @@ TEST(SageAttentionGpuSparse, OutOfRangeLutEntriesAreSkipped) {
   f->lut = lut3;
 
   const SageSparse hsp{lut2.data(), 2, c3.block_q, c3.block_k};
+  std::vector<float> sim_o(size_t(c3.batch * c3.heads * c3.len_q * c3.head_dim)),
+      sim_lse(static_cast<size_t>(kernels::attention_lse_count(f->pf)));
+  ASSERT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(), &hsp,
+                                        SageBackend::Sm90),
+            Status::Ok)
+      << kernels::attention_last_error();
+  const std::vector<double> sim(sim_o.begin(), sim_o.end());
   int runs = 0;
-  for (const VariantRun& run : device_runs(true)) {
-    if (run.be != SageBackend::Sm90) continue;
-    SCOPED_TRACE(run.label());
-    std::vector<float> sim_o(size_t(c3.batch * c3.heads * c3.len_q * c3.head_dim)),
-        sim_lse(static_cast<size_t>(kernels::attention_lse_count(f->pf)));
-    ASSERT_EQ(kernels::sage_attention_cpu(f->pf, f->q.data(), f->k.data(), f->v.data(), sim_o.data(), sim_lse.data(),
-                                          &hsp, SageBackend::Sm90, run.headroom()),
-              Status::Ok)
-        << kernels::attention_last_error();
-    const std::vector<double> sim(sim_o.begin(), sim_o.end());
-    const ScopedRunEnv env(run);
-    const GpuOut g = run_gpu(*f, c3, run.be);
+  for (const SageBackend be : device_backends()) {
+    if (be != SageBackend::Sm90) continue;
+    const GpuOut g = run_gpu(*f, c3, be);
     ASSERT_EQ(g.status, Status::Ok) << kernels::attention_last_error();
     EXPECT_EQ(g.padding_touched, 0u);
     const test::Accuracy vs_sim = test::compare(g.o, sim);
@@ -467,7 +422,7 @@ TEST(SageAttentionGpuSparse, OutOfRangeLutEntriesAreSkipped) {
     EXPECT_EQ(lse_bad, 0u) << "LSE entries not finite";
     EXPECT_LE(lse_abs, 2 * kSimMaxLseAbs);
     std::printf("[ sage %s ] %s with out-of-range LUT entries: vs simulation %s | LSE max abs err %.3g\n",
-                run.label().c_str(), case_str(c3).c_str(), vs_sim.str().c_str(), lse_abs);
+                be_name(be), case_str(c3).c_str(), vs_sim.str().c_str(), lse_abs);
     ++runs;
   }
   if (runs == 0) GTEST_SKIP() << "no sm_90a backend on this device/build";

@@ -50,8 +50,6 @@ enum class SageBackend { Auto, Sm90, Portable };
 //   LSE = (m + log2 l)·ln 2 + scale·(q·km)   (the K-smoothing correction).
 // An all-zero Q row or K block gets scale 0 (its INT8 values are 0).
 constexpr int64_t kSageKScaleBlock = 64;  // keys per K scale
-// The lazy max of the sm_90a _defer variants (log2 units; see sage_attention_cpu).
-constexpr float kSageSm90DeferHeadroom = 1.f;
 
 // fp32 CPU reference of the quantized algorithm above, for the backend's
 // formats (Auto and Portable: FP16 P/V over 64-key tiles; Sm90: e4m3 P/V over
@@ -60,12 +58,8 @@ constexpr float kSageSm90DeferHeadroom = 1.f;
 // every index must be in [0, KB) (InvalidArgument otherwise). Multi-threaded
 // over (batch, head) with td::parallel_for. For exact attention use
 // attention_cpu; this one shows what the quantization costs.
-// max_headroom_log2 (h, in [0, 8]; 0 = the online softmax above): the sm_90a
-// _defer variants' lazy max: a row's reference m moves to a tile's max only
-// when that exceeds m by more than h, and P̃ = exp2(S - m - h)·448 (so P̃ <= 448
-// still), LSE = (m + log2 l + h)·ln 2 + ... (with l = Σ P̃ / 448).
 Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-                          const SageSparse* sparse, SageBackend backend, float max_headroom_log2 = 0.f);
+                          const SageSparse* sparse, SageBackend backend);
 
 // Argument checks shared by the CPU reference and the kernels: attention_check,
 // then the sparse block sizes (64 or 128 each, n_sel in [1, KB]).
@@ -75,10 +69,6 @@ Status sage_sparse_check(const AttnProblem& p, const SageSparse* sparse);
 // Backends: Sm90 (built for 90a, Hopper GPU): dense, and sparse with 64x128
 // blocks. Portable (sm_80+): dense, and sparse with block_q, block_k in
 // {64, 128}. Auto: Sm90 where it takes the problem, else Portable.
-// The sm_90a kernel's variants, read from the environment at every call (for
-// A/B runs; sage_attention_internal.h): TURBODIFF_SAGE_SM90_DENSE = lean
-// (default) | lean_defer | lean_defer_move, TURBODIFF_SAGE_SM90_SPARSE =
-// lean_stages3 (default) | lean_stages3_defer | lean_stages3_defer_move.
 //
 // Ok if `backend` (Auto: the best one for the current device) takes the
 // problem (BF16 Q/K/V/O, head_dim 64/128, the block sizes in `sparse`),

@@ -59,13 +59,10 @@ Status sage_sparse_check(const AttnProblem& p, const SageSparse* sparse) {
 }
 
 Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-                          const SageSparse* sparse, SageBackend backend, float max_headroom_log2) {
+                          const SageSparse* sparse, SageBackend backend) {
   using detail::attn_fail;
   if (Status s = sage_sparse_check(p, sparse); s != Status::Ok) return s;
   if (!q || !k || !v || !o) return attn_fail(Status::InvalidArgument, "sage_attention_cpu: null pointer");
-  if (!(max_headroom_log2 >= 0.f && max_headroom_log2 <= 8.f))
-    return attn_fail(Status::InvalidArgument, "sage_attention_cpu: max_headroom_log2 must be in [0, 8], got " +
-                                                  std::to_string(max_headroom_log2));
   const bool fp8 = backend == SageBackend::Sm90;
   const int64_t tile = fp8 ? 128 : 64;
   const int64_t B = p.batch, H = p.heads, Lq = p.len_q, Lk = p.len_kv, D = p.head_dim;
@@ -152,15 +149,13 @@ Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, co
             s[size_t(t - t0)] = float(dot) * cscale;
             mx = std::max(mx, s[size_t(t - t0)]);
           }
-          // The running max, or with a headroom the reference max that moves
-          // only when a tile's max passes it by more than the headroom.
-          const float m_new = mx > m + max_headroom_log2 ? mx : m;
+          const float m_new = std::max(m, mx);
           const float alpha = std::exp2(m - m_new);
           m = m_new;
           l *= alpha;
           for (int64_t c = 0; c < D; ++c) acc[size_t(c)] *= alpha;
           for (int64_t t = t0; t < t1; ++t) {
-            float pt = std::exp2(s[size_t(t - t0)] - m - max_headroom_log2);
+            float pt = std::exp2(s[size_t(t - t0)] - m);
             if (fp8) pt *= 448.f;
             l += pt;
             const float pr = fp8 ? f8e4m3_to_f32(f32_to_f8e4m3(pt)) : f16_to_f32(f32_to_f16(pt));
@@ -180,9 +175,8 @@ Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, co
         const float inv_l = 1.f / l;
         for (int64_t c = 0; c < D; ++c)
           store_elem(o, p.o_type, b * p.o.batch + h * p.o.head + i * p.o.token + c, acc[size_t(c)] * inv_l * sv[size_t(c)]);
-        // FP8: l summed P̃·448, so log2 448 comes off; the headroom comes back on.
-        if (lse)
-          lse[(b * H + h) * Lq + i] = (m + std::log2(fp8 ? l / 448.f : l) + max_headroom_log2) * kLn2 + p.scale * qkm;
+        // FP8: l summed P̃·448, so log2 448 comes off.
+        if (lse) lse[(b * H + h) * Lq + i] = (m + std::log2(fp8 ? l / 448.f : l)) * kLn2 + p.scale * qkm;
       }
     }
   });

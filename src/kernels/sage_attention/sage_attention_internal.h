@@ -77,37 +77,9 @@ __host__ __device__ inline int v_fp8_position(int k) {
   return r < 8 ? half * 16 + 4 * (r / 2) + r % 2 : half * 16 + 4 * ((r - 8) / 2) + 2 + (r - 8) % 2;
 }
 
-// sm_90a kernel variants (chosen per call from the environment, for A/B runs;
-// the defaults are the measured-best ones):
-//   TURBODIFF_SAGE_SM90_DENSE  = lean (default) | lean_defer | lean_defer_move
-//   TURBODIFF_SAGE_SM90_SPARSE = lean_stages3 (default) | lean_stages3_defer
-//     | lean_stages3_defer_move
-// lean: P̃·V of tile j overlapped with the softmax and P̃ pack of j+1, K scales
-// and LUT entries handed over in shared memory by the producer, row max / row
-// sum in split chains, the epilogue's scales staged in shared memory, no
-// spills (H200, 2026-11-30: 8.35 ms at 1x12x32760x128, 1.40x cuDNN, against
-// 9.45 ms for the schedule before it). _defer: P̃·V of two tiles accumulated
-// in the wgmma before the fp32 fold, the running max moved only past a
-// headroom, two P̃ register fragments; _defer_move: the same with one P̃
-// fragment and the default's move (sage_attention_sm90.cu, kDefer).
-// Variants measured and removed (docs/benchmarks.md has their figures): the
-// plain and overlap schedules, FA3-style ping-pong between the consumers,
-// fastcvt (INT32 to float by an integer add), half of the exp2 by a
-// polynomial, 2-stage sparse pipes, row sums on the tensor cores.
-enum class Sm90Dense { Lean, LeanDefer, LeanDeferMove };
-enum class Sm90Sparse { LeanStages3, LeanStages3Defer, LeanStages3DeferMove };
-struct Sm90Variant {
-  Sm90Dense dense = Sm90Dense::Lean;
-  Sm90Sparse sparse = Sm90Sparse::LeanStages3;
-};
-
 // sm_90a (sage_attention_sm90.cu when built for 90a).
-Sm90Variant sm90_variant_from_env();
 bool sm90_available();
 Status sm90_supports(const AttnProblem& p, const SageSparse* sp);
 Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream);
-// The same with the variant given explicitly (the environment is not read).
-Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v,
-                      cudaStream_t stream);
 
 }  // namespace td::kernels::sage

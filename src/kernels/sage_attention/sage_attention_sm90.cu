@@ -96,18 +96,6 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
 }
-// Whether `pred` holds in any thread of the 128 that reach named barrier `id`
-// (one consumer warpgroup): bar.red.or, a barrier that also reduces.
-__device__ __forceinline__ bool warpgroup_any(bool pred, int id) {
-  uint32_t r;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.or.pred p, %2, 128, q;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(r)
-      : "r"(uint32_t(pred)), "r"(id)
-      : "memory");
-  return r != 0;
-}
-
 // Shared memory beside Sm90Config::Shared. meta: per stage, written by the
 // producer before it arrives on the stage's full barrier (mbarrier.arrive
 // releases, the consumers' wait acquires): the tile's two K scales and its
@@ -135,34 +123,8 @@ __device__ __forceinline__ float4 ld_shared_f4(const void* ptr) {
   return v;
 }
 
-// kDefer: P̃·V of two consecutive tiles accumulates in the wgmma's own fp32
-// registers before the fold into O, and the running max moves lazily:
-//  * a row's reference max m moves only when a tile's max exceeds it by more
-//    than kDeferHeadroom (log2 units), and P̃ = exp2(s - m + log2 448 - h)
-//    (h = kDeferHeadroom), so P̃ <= 448 still holds: e4m3 never saturates,
-//    and a row whose m did not move has α = 1 exactly;
-//  * a tile's P̃·V goes into the pending accumulator (acc_t) with ScaleOut::One
-//    when no row of the warpgroup moved its m (bar.red.or over the 128
-//    threads) and acc_t holds one tile; otherwise the pending tiles are folded,
-//    O = O·α + acc_t, first;
-//  * P̃ alternates between two register fragments (the loop runs two tiles
-//    per trip), so the next tile's P̃ is packed straight into the fragment no
-//    wgmma in flight reads (the default packs it aside and moves it after the
-//    wait: 32 IADDs per tile).
-// Per tile and thread in the steady state that removes 32 of 64 fold FFMAs
-// and the 32 moves (~10% of the consumer's ~600 instructions per tile) and
-// every other wait for P̃·V. The fold interval is two tiles (256 keys, 8 e4m3
-// k-steps), where SageAttention2 folds every tile: the wgmma's accumulation
-// keeps ~22 bits, so two tiles cost less than one e4m3 step of P̃.
-// kDeferMove keeps the default's single P̃ fragment and its move (and waits
-// for P̃·V every tile), and only defers the fold; kDeferTwoFragments does all
-// of the above (ptxas then keeps ~11 of O's registers in local memory around
-// the fold; the move variant does not spill in its loop).
-constexpr float kDeferHeadroom = kSageSm90DeferHeadroom;
-constexpr int kDeferOff = 0, kDeferMove = 1, kDeferTwoFragments = 2;
-
 // One CTA: warpgroup 0 produces, warpgroups 1 and 2 consume (64 query rows each).
-template <int D, int kPipes, int kStagesPerPipe, int kDefer>
+template <int D, int kPipes, int kStagesPerPipe>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
@@ -172,7 +134,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
   constexpr int kStages = C::kStages;
   constexpr bool kSparse = kPipes == 2;
-  constexpr float kHeadroom = kDefer != kDeferOff ? kDeferHeadroom : 0.f;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   using Meta = MetaShared<D, C::kAllStages>;
@@ -299,10 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor acc_t = partition_fragment_C(mma_pv, make_shape(Int<kBQ>{}, Int<D>{}));
     auto p_layout = make_tensor(make_smem_ptr(static_cast<float_e4m3_t*>(nullptr)), cute::Layout<Shape<Int<kBQ>, Int<kBK>>>{});
     Tensor tOrP = thr_pv.partition_fragment_A(p_layout);
-    Tensor tOrP2 = thr_pv.partition_fragment_A(p_layout);  // kDefer: the second P̃ fragment
     static_assert(size(tOrP) == kBK * kBQ / 128, "P fragment: 64 e4m3 values per thread");
     uint32_t* preg = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
-    uint32_t* preg2 = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP2.data()));
 
     // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
     const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
@@ -361,11 +320,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // hoists a WARPGROUP.DEPBAR to the top of its basic block, and with one
     // shared tail after the branch merge the wait for P̃·V of j landed before
     // the row max, so the exp phase ran after P̃·V instead of beside it.
-    // Returns whether a row of this thread moved its reference max (kDefer:
-    // only by more than the headroom).
     float sf[kBK / 2];
-    auto softmax_rest = [&](float c_lo0, float c_lo1, float c_hi0, float c_hi1, float& alpha_lo,
-                            float& alpha_hi) -> bool {
+    auto softmax_rest = [&](float c_lo0, float c_lo1, float c_hi0, float c_hi1, float& alpha_lo, float& alpha_hi) {
       // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
       float a[4][2];  // [lo0, hi0, lo1, hi1][chain]
       CUTE_UNROLL
@@ -391,12 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
       mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-      // The new reference max: the running max, or (kDefer) the old one while
-      // the tile stays within the headroom (-inf + h = -inf: a row's first
-      // valid tile always moves it).
-      const bool grow_lo = mx_lo > m_lo + kHeadroom, grow_hi = mx_hi > m_hi + kHeadroom;
-      const float mn_lo = kDefer != kDeferOff ? (grow_lo ? mx_lo : m_lo) : fmaxf(m_lo, mx_lo);
-      const float mn_hi = kDefer != kDeferOff ? (grow_hi ? mx_hi : m_hi) : fmaxf(m_hi, mx_hi);
+      const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
       // Sparse: m stays -inf through LUT entries outside [0, KB) at the start
       // of a row; 0 stands in for it there (α = 0 on O = 0, P̃ = exp2(-inf) = 0).
       const float ms_lo = kSparse && mn_lo == -INFINITY ? 0.f : mn_lo;
@@ -405,8 +356,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       alpha_hi = fast_exp2(m_hi - ms_hi);
       m_lo = mn_lo;
       m_hi = mn_hi;
-      // exp2 argument = x·c - (m - log2 448 + h), one FFMA.
-      const float o_lo = ms_lo - kLog2_448 + kHeadroom, o_hi = ms_hi - kLog2_448 + kHeadroom;
+      // exp2 argument = x·c - (m - log2 448), one FFMA.
+      const float o_lo = ms_lo - kLog2_448, o_hi = ms_hi - kLog2_448;
       float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each
       CUTE_UNROLL
       for (int i = 0; i < kBK / 2; i += 4) {
@@ -427,16 +378,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
       l_lo = fmaf(l_lo, alpha_lo, sum_lo);
       l_hi = fmaf(l_hi, alpha_hi, sum_hi);
-      return grow_lo || grow_hi;
     };
-    auto softmax = [&](float4 meta, float& alpha_lo, float& alpha_hi) -> bool {
+    auto softmax = [&](float4 meta, float& alpha_lo, float& alpha_hi) {
       const int t = __float_as_int(meta.z);
       const int valid = p.len_kv - t * kBK;
       const float c_lo0 = qs_lo * meta.x, c_lo1 = qs_lo * meta.y, c_hi0 = qs_hi * meta.x, c_hi1 = qs_hi * meta.y;
       if (valid >= kBK) {
         CUTE_UNROLL
         for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
-        return softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, alpha_lo, alpha_hi);
+        softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, alpha_lo, alpha_hi);
+        return;
       }
       // Partial tile: masked columns at -inf, the scale applied first (c = 1).
       CUTE_UNROLL
@@ -445,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
         sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
       }
-      return softmax_rest(1.f, 1.f, 1.f, 1.f, alpha_lo, alpha_hi);
+      softmax_rest(1.f, 1.f, 1.f, 1.f, alpha_lo, alpha_hi);
     };
 
     // P̃ (in sf) to e4m3 in the A-fragment order: k-step ks covers n-chunks
@@ -461,31 +412,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         dst[4 * ks + 3] = e4m3x2(sf[b0 + 10], sf[b0 + 11]) | (e4m3x2(sf[b0 + 14], sf[b0 + 15]) << 16);
       }
     };
-    // O_tmp = P̃·V of tile j (P̃ in fragment frag) into acc_t, issued, not
-    // waited for; onto what acc_t holds when `accumulate`.
-    auto issue_pv = [&](int j, auto& frag, bool accumulate) {
+    // O_tmp = P̃·V of tile j into a fresh buffer (issued, not waited for).
+    auto issue_pv = [&](int j) {
       warpgroup_fence_operand(acc_t);
       warpgroup_arrive();
-      mma_pv.accumulate_ = accumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
+      mma_pv.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
-      for (int kk = 0; kk < size<2>(frag); ++kk) {
-        cute::gemm(mma_pv, frag(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
+      for (int kk = 0; kk < size<2>(tOrP); ++kk) {
+        cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
         mma_pv.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
     };
-    // K and V of tile j are no longer read (its P̃·V has completed).
-    auto release = [&](int j) {
-      __syncwarp();
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
-    };
     // After P̃·V of tile j completed: the second accumulation level,
-    // O = O·α + O_tmp in fp32 on the CUDA cores, and tile j's stage released.
+    // O = O·α + O_tmp in fp32 on the CUDA cores; K and V of tile j are released.
     auto finish_tile = [&](int j, float a_lo, float a_hi) {
       warpgroup_fence_operand(acc_t);
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) = fmaf(acc_o(i), (i & 2) ? a_hi : a_lo, acc_t(i));
-      release(j);
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
     };
 
     float alpha_lo, alpha_hi;
@@ -493,95 +439,46 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
     softmax(meta_next, alpha_lo, alpha_hi);
-    if constexpr (kDefer != kDeferTwoFragments) {
-      // P̃·V of tile j runs on the tensor cores while the softmax of j+1 and
-      // its P̃ pack run (ptxas -v: no spills, no C7514). Tried and dropped:
-      // issuing Q·Kᵀ of j+2 before the accumulation of j (its commit group
-      // waited for in the next iteration, or the accumulation moved after it:
-      // ptxas serialized every wgmma (C7514) or spilled ~600 bytes).
-      // opaque_zero: 0 from a register ptxas cannot know (the dynamic shared
-      // memory size is below 2^30 bytes).
-      uint32_t opaque_zero;
-      asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(opaque_zero));
-      opaque_zero >>= 30;
-      pack_to(preg);
-      bool pending = false;  // kDeferMove: acc_t holds P̃·V of tile j-1, not yet folded into O
-      for (int j = 0; j < n - 1; ++j) {
-        issue_qk(j + 1);
-        issue_pv(j, tOrP, pending);
-        warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
-        warpgroup_fence_operand(acc_s);
-        float next_lo, next_hi;
-        const bool grew = softmax(meta_next, next_lo, next_hi);
-        // P̃ of j+1 packed to e4m3 now, into 32 registers of its own (P̃·V of
-        // j still reads preg): 32 live values across the wait instead of 64
-        // floats, which is what lets the softmax sit before the wait without
-        // spilling; moved into the wgmma operand after the wait. ptxas
-        // serializes every wgmma if an operand register of a wgmma is written
-        // while wgmmas are in flight, and it coalesces a plain copy into the
-        // pack (same thing), so the move is an add of opaque_zero: 32 IADDs.
-        uint32_t pk[kBK / 4];
-        pack_to(pk);
-        const bool fold = kDefer == kDeferOff || warpgroup_any(grew, 1 + c) || pending;
-        warpgroup_wait<0>();
-        CUTE_UNROLL
-        for (int i = 0; i < kBK / 4; ++i) preg[i] = pk[i] + opaque_zero;
-        if (pending) release(j - 1);
-        if (fold) {
-          finish_tile(j, alpha_lo, alpha_hi);
-          alpha_lo = next_lo;
-          alpha_hi = next_hi;
-          pending = false;
-        } else {
-          pending = true;  // next_* == 1 in every row: nothing moved
-        }
-      }
-      issue_pv(n - 1, tOrP, pending);
+    // P̃·V of tile j runs on the tensor cores while the softmax of j+1 and its
+    // P̃ pack run (ptxas -v: no spills in the loop, no C7514). Tried and
+    // dropped: issuing Q·Kᵀ of j+2 before the accumulation of j (its commit
+    // group waited for in the next iteration, or the accumulation moved after
+    // it: ptxas serialized every wgmma (C7514) or spilled ~600 bytes); folding
+    // P̃·V of two tiles at a time behind a lazily moved running max (a
+    // warpgroup-wide vote per tile, bar.red.or, and two P̃ fragments): 7%
+    // slower on the H200 (9.12 vs 8.49 ms at 1x12x32760x128, 2026-11-30).
+    // opaque_zero: 0 from a register ptxas cannot know (the dynamic shared
+    // memory size is below 2^30 bytes).
+    uint32_t opaque_zero;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(opaque_zero));
+    opaque_zero >>= 30;
+    pack_to(preg);
+    for (int j = 0; j < n - 1; ++j) {
+      issue_qk(j + 1);
+      issue_pv(j);
+      warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
+      warpgroup_fence_operand(acc_s);
+      float next_lo, next_hi;
+      softmax(meta_next, next_lo, next_hi);
+      // P̃ of j+1 packed to e4m3 now, into 32 registers of its own (P̃·V of
+      // j still reads preg): 32 live values across the wait instead of 64
+      // floats, which is what lets the softmax sit before the wait without
+      // spilling; moved into the wgmma operand after the wait. ptxas
+      // serializes every wgmma if an operand register of a wgmma is written
+      // while wgmmas are in flight, and it coalesces a plain copy into the
+      // pack (same thing), so the move is an add of opaque_zero: 32 IADDs.
+      uint32_t pk[kBK / 4];
+      pack_to(pk);
       warpgroup_wait<0>();
-      if (pending) release(n - 2);
-      finish_tile(n - 1, alpha_lo, alpha_hi);
-    } else {
-      // alpha_*: α of the first tile in acc_t (what the fold applies to O).
-      pack_to(preg);
-      bool pending = false;  // acc_t holds P̃·V of tile j-1, not yet folded into O
-      // One tile: P̃ of tile j in `cur`, P̃ of j+1 packed into `next_regs`.
-      auto step = [&](int j, auto& cur, uint32_t* next_regs) __attribute__((always_inline)) {
-        issue_qk(j + 1);
-        issue_pv(j, cur, pending);
-        warpgroup_wait<1>();  // Q·Kᵀ of j+1, and P̃·V of j-1 (groups complete in order)
-        warpgroup_fence_operand(acc_s);
-        if (pending) release(j - 1);
-        float next_lo, next_hi;
-        const bool grew = softmax(meta_next, next_lo, next_hi);
-        pack_to(next_regs);
-        if (warpgroup_any(grew, 1 + c) || pending) {
-          warpgroup_wait<0>();
-          finish_tile(j, alpha_lo, alpha_hi);
-          alpha_lo = next_lo;
-          alpha_hi = next_hi;
-          pending = false;
-        } else {
-          pending = true;  // next_* == 1 in every row: nothing moved
-        }
-      };
-      int j = 0;
-      for (; j + 2 <= n - 1; j += 2) {
-        step(j, tOrP, preg2);
-        step(j + 1, tOrP2, preg);
-      }
-      if (j < n - 1) {
-        step(j, tOrP, preg2);
-        ++j;
-      }
-      if (j & 1) {
-        issue_pv(j, tOrP2, pending);
-      } else {
-        issue_pv(j, tOrP, pending);
-      }
-      warpgroup_wait<0>();
-      if (pending) release(j - 1);
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 4; ++i) preg[i] = pk[i] + opaque_zero;
       finish_tile(j, alpha_lo, alpha_hi);
+      alpha_lo = next_lo;
+      alpha_hi = next_hi;
     }
+    issue_pv(n - 1);
+    warpgroup_wait<0>();
+    finish_tile(n - 1, alpha_lo, alpha_hi);
 
     // ---- epilogue ----
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
@@ -589,8 +486,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
     const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-    // This warpgroup's stores of ms.vscale / ms.qkm (named barrier 3 + c; 1
-    // and 2 are warpgroup_any's) are visible past this point.
+    // This warpgroup's stores of ms.vscale / ms.qkm (named barrier 3 + c) are
+    // visible past this point.
     asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
     const int r_lo = q0 + wrow, r_hi = r_lo + 8;
     __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
@@ -606,17 +503,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
     }
     if (p.lse != nullptr && tq == 0) {
-      // P̃ = 448·2^(s - m - h): log2 Σ 2^s = m + log2 l - log2 448 + h.
+      // P̃ = 448·2^(s - m): log2 Σ 2^s = m + log2 l - log2 448.
       constexpr float kLn2 = 0.69314718055994531f;
       float* lse = p.lse + int64_t(bh) * p.len_q;
-      if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448 + kHeadroom) * kLn2 + ms.qkm[c][wrow];
-      if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448 + kHeadroom) * kLn2 + ms.qkm[c][wrow + 8];
+      if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + ms.qkm[c][wrow];
+      if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + ms.qkm[c][wrow + 8];
     }
   }
 #endif
 }
 
-template <int D, int kPipes, int kStagesPerPipe, int kDefer>
+template <int D, int kPipes, int kStagesPerPipe>
 Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
   using T = Sm90Traits<D>;
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
@@ -632,7 +529,7 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
   auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
-  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kDefer>;
+  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe>;
   static_assert(sizeof(typename C::Shared) % 16 == 0, "MetaShared's float4 follows Shared");
   const int smem = int(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -661,56 +558,13 @@ Status sm90_supports(const AttnProblem& p, const SageSparse* sp) {
   return Status::Ok;
 }
 
-Sm90Variant sm90_variant_from_env() {
-  Sm90Variant v;
-  if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_DENSE")) {
-    const std::string s(e);
-    if (s == "lean") v.dense = Sm90Dense::Lean;
-    else if (s == "lean_defer") v.dense = Sm90Dense::LeanDefer;
-    else if (s == "lean_defer_move") v.dense = Sm90Dense::LeanDeferMove;
-  }
-  if (const char* e = std::getenv("TURBODIFF_SAGE_SM90_SPARSE")) {
-    const std::string s(e);
-    if (s == "lean_stages3") v.sparse = Sm90Sparse::LeanStages3;
-    else if (s == "lean_stages3_defer") v.sparse = Sm90Sparse::LeanStages3Defer;
-    else if (s == "lean_stages3_defer_move") v.sparse = Sm90Sparse::LeanStages3DeferMove;
-  }
-  return v;
-}
-
 template <int D>
-Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v, cudaStream_t stream) {
-  // Prediction for the kDefer variants (see kDeferHeadroom; the profile of
-  // lean: issue slots 50%, dependency-bound, ~600 instructions per thread and
-  // tile): _defer (two fragments) ~50 fewer instructions per tile (32 fold
-  // FFMAs, 32 moves, +11 spill loads/stores around the fold) and half the
-  // waits for P̃·V: 5-8% off the dense kernel (8.2 -> ~7.6-7.8 ms at
-  // 1x12x32760x128); _defer_move ~30 fewer: 2-4%. Less on sparse rows (~25
-  // tiles, more of them early tiles whose max still moves).
-  if (sp) {
-    switch (v.sparse) {
-      case Sm90Sparse::LeanStages3Defer: return launch<D, 2, 3, kDeferTwoFragments>(ap, p, stream);
-      case Sm90Sparse::LeanStages3DeferMove: return launch<D, 2, 3, kDeferMove>(ap, p, stream);
-      case Sm90Sparse::LeanStages3: break;
-    }
-    return launch<D, 2, 3, kDeferOff>(ap, p, stream);
-  }
-  switch (v.dense) {
-    case Sm90Dense::LeanDefer: return launch<D, 1, 4, kDeferTwoFragments>(ap, p, stream);
-    case Sm90Dense::LeanDeferMove: return launch<D, 1, 4, kDeferMove>(ap, p, stream);
-    case Sm90Dense::Lean: break;
-  }
-  return launch<D, 1, 4, kDeferOff>(ap, p, stream);
-}
-
-Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, const Sm90Variant& v,
-                      cudaStream_t stream) {
-  return p.head_dim == 128 ? run_d<128>(ap, p, sp, v, stream) : run_d<64>(ap, p, sp, v, stream);
+Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
+  return sp ? launch<D, 2, 3>(ap, p, stream) : launch<D, 1, 4>(ap, p, stream);
 }
 
 Status sm90_attention(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
-  // read per call: the bench and the tests switch it
-  return sm90_attention(ap, p, sp, sm90_variant_from_env(), stream);
+  return p.head_dim == 128 ? run_d<128>(ap, p, sp, stream) : run_d<64>(ap, p, sp, stream);
 }
 
 }  // namespace td::kernels::sage
