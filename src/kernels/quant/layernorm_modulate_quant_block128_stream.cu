@@ -59,9 +59,10 @@
 // 93% of copy. Predicted 88-95% of copy at 32760x1536 and 85-93% at
 // 75600x5120, against 42% / 39% for the portable path.
 //
-// Measured (H200, bench_ln_quant_block128, 2026-11-30): 32.1% of copy at
-// 32760x1536 (127 us; portable 42.3%, 96 us) and 25.6% at 75600x5120
-// (1.09 ms; portable 38.8%, 0.72 ms): the prediction was wrong by ~3x. A
+// Measured (H200, bench_ln_quant_block128, 2026-11-30): 33.8% of copy at
+// 32760x1536 (portable 42.7% in the same run) and 26.8% at 75600x5120
+// (portable 38.8%), with the chunk loops of passes A, C and D unrolled by 2
+// (+5% over 32.0% / 25.5% without): the prediction was wrong by ~3x. A
 // clock64 breakdown per stripe (TD_LNQS_PROFILE, 1536, 1 x 2): pass A 23%,
 // B (CTA barrier + cluster exchange + merge) 9%, C 16%, C's barriers and
 // scales 8%, D 36%; the loads are in time (waiting for them: 4%). So every
@@ -355,6 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1) ln_mod_quant_block128_stream_kern
     const int q0 = it * chunks_per_part;
 
     // A. local statistics of this warp's rows.
+#pragma unroll 2
     for (int c = 0; c < nchunks; ++c) {
 #ifdef TD_LNQS_PROFILE
       const long long w0 = clock64();
@@ -458,6 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) ln_mod_quant_block128_stream_kern
       for (int kk = 0; kk < KP; ++kk)
 #pragma unroll
         for (int e = 0; e < 8; ++e) nmax[kk][e] = -3.0e38f, nmin[kk][e] = 3.0e38f;
+#pragma unroll 2
       for (int c = 0; c < nchunks; ++c) {
         const int rbase = c * kChunkRows + warp * RW;
         const unsigned char* buf = chunk_base(it, c);
@@ -570,6 +573,7 @@ __global__ void __launch_bounds__(kThreads, 1) ln_mod_quant_block128_stream_kern
           for (int e = 0; e < 8; ++e) sci[kk][e] *= inv[kk], shi[kk][e] *= inv[kk];
         }
       }
+#pragma unroll 2
       for (int c = 0; c < nchunks; ++c) {
         const int rbase = c * kChunkRows + warp * RW;
         const unsigned char* buf = chunk_base(it, c);
