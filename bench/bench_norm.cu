@@ -132,6 +132,25 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
                                               rows, dim, eps, stream, kk);
     });
   }
+  // The Lean variants (norm_lean.cuh: ~600 instead of ~1150 warp
+  // instructions per 1536-wide row, one CTA barrier per LayerNorm row at
+  // 5120), same run. Predicted first (fraction of copy, 1536 / 5120):
+  // layer_norm ~94 / ~96%, adaln_modulate ~93 / ~95%, rms_norm ~94 / ~97.5%;
+  // measured with no_allocate loads of x (H200, 2026-11-30): 85.6 / 93.0%,
+  // 84.4 / 82.1%, 88.8 / 92.9%. Now with plain loads, predicted: 1536 +0-3%,
+  // 5120 rms ~97%, layer_norm ~96%, adaln ~87%.
+  record("rms_norm_lean", 4 * E, [&](int i) {
+    return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream,
+                                      td::kernels::NormRowsKernel::Lean);
+  });
+  record("layer_norm_lean", 4 * E, [&](int i) {
+    return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream,
+                                        td::kernels::NormRowsKernel::Lean);
+  });
+  record("adaln_modulate_lean", 4 * E, [&](int i) {
+    return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
+                                            rows, dim, eps, stream, td::kernels::AdaLnRows::Lean);
+  });
   // x += gate * y; out = LN(x) * (1 + scale) + shift (the FFN -> next block's norm1 step)
   auto rgn = [&](int i, bool f32_residual) {
     td::kernels::ResidualGateNormParams p;

@@ -420,6 +420,147 @@ TEST(AdaLnModulateGpu, CtaVariantsMatchCpu) {
   g_adaln_rows = AdaLnRows::One;
 }
 
+// ---- the Lean variants (norm_lean.cuh) ---------------------------------------------------------
+
+// Every case of the default's tests with NormRowsKernel::Lean: every type,
+// row counts 1 / 37 / 333 (CTAs with rows past the end), every launch plan
+// (sub-warp rows, one warp, several warps with the one-barrier merge, 1000
+// = 16 threads x 8 chunks with idle slots, the full-row instances at 1536
+// and 5120), in place, the scalar fallback (offsets, odd strides), mixed
+// types, Wan's shapes; the same tolerance as the default (file comment).
+TEST(RmsNormGpu, LeanVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_norm_kernel = NormRowsKernel::Lean;
+  for (ElemType t : kActTypes) {
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_rms(t, t, rows, dim, (rows + dim) % 2 == 0);
+    check_rms(t, t, 333, 1536, true, {.x_pad = 16, .in_place = true});
+    check_rms(t, t, 37, 5120, true, {.in_place = true});
+    check_rms(t, t, 37, 1536, true, {.x_offset = 1});
+    check_rms(t, t, 37, 5120, true, {.x_pad = 4});
+  }
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) {
+      check_rms(xt, yt, 37, 1000, true, {.x_pad = 8, .y_pad = 24});
+      check_rms(xt, yt, 33, 1536, false, {.x_pad = 8, .y_pad = 16});
+      check_rms(xt, yt, 3, 5120, true);
+    }
+  check_rms(ElemType::BF16, ElemType::BF16, 32760, 1536, true);
+  check_rms(ElemType::BF16, ElemType::BF16, 1031, 5120, true);
+  check_rms(ElemType::BF16, ElemType::BF16, 67, 16384, true);
+  check_rms(ElemType::BF16, ElemType::F32, 19, 32768, false);
+  g_norm_kernel = NormRowsKernel::Rows;
+}
+
+TEST(LayerNormGpu, LeanVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_norm_kernel = NormRowsKernel::Lean;
+  for (ElemType t : kActTypes) {
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) {
+        const int v = int((rows + dim) % 3);
+        check_layer(t, t, rows, dim, {v >= 1, v >= 2});
+        check_layer(t, t, rows, dim, {v == 0, v == 1});
+      }
+    check_layer(t, t, 333, 1536, {true, true}, {.in_place = true});
+    check_layer(t, t, 333, 5120, {true, true}, {.in_place = true});
+    check_layer(t, t, 37, 1536, {true, true}, {.x_offset = 3});
+  }
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) {
+      check_layer(xt, yt, 37, 96, {true, true}, {.x_pad = 8, .y_pad = 8});
+      check_layer(xt, yt, 33, 1536, {true, false}, {.x_pad = 8, .y_pad = 16});
+      check_layer(xt, yt, 5, 5120, {false, true}, {.y_pad = 8});
+    }
+  check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
+  check_layer(ElemType::F32, ElemType::BF16, 32760, 1536, {true, true});
+  check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
+  check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});
+  check_layer(ElemType::BF16, ElemType::BF16, 23, 6144, {true, true});  // 96 threads x 8: 3 warps, full slots
+  check_layer(ElemType::BF16, ElemType::BF16, 23, 4104, {true, true});  // 96 x 6 with idle slots in the last warp
+  g_norm_kernel = NormRowsKernel::Rows;
+}
+
+TEST(AdaLnModulateGpu, LeanVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_adaln_rows = AdaLnRows::Lean;
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
+  for (ElemType xt : kActTypes)
+    for (ElemType yt : kActTypes) {
+      check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});  // per-token modulation
+      check_adaln(xt, yt, 37, 5120, 5, {.y_pad = 8});
+      check_adaln(xt, yt, 37, 77, 10, {.x_pad = 5});
+    }
+  for (ElemType t : kActTypes) {
+    check_adaln(t, t, 333, 5120, 111, {.in_place = true});
+    check_adaln(t, t, 333, 1536, 100, {.in_place = true});
+    check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
+  }
+  check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
+  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);  // CFG batch of 2
+  check_adaln(ElemType::F32, ElemType::BF16, 3001, 5120, 1501);
+  check_adaln(ElemType::BF16, ElemType::BF16, 2053, 5120, 1000);
+  g_adaln_rows = AdaLnRows::One;
+}
+
+// Lean keeps the row engine's arithmetic in the same order for RMS norm at
+// every width and for LayerNorm / adaln rows of <= 32 threads (64, 96,
+// 1000, 1536 wide): the outputs must be the same bits as the default's.
+// Wider LayerNorm rows (4096, 5120: per-warp statistics merged) are left
+// to the tolerance tests above.
+enum class LeanCheckOp { Rms, Layer, AdaLn };
+
+// `first` and `second`: the two variants compared (Rows or Lean; the adaln
+// calls take the matching AdaLnRows).
+void check_lean_bits(LeanCheckOp op, ElemType xt, ElemType yt, int64_t rows, int64_t dim,
+                     NormRowsKernel first = NormRowsKernel::Rows, NormRowsKernel second = NormRowsKernel::Lean) {
+  const Rows x = random_rows(xt, rows, dim, dim, op == LeanCheckOp::Rms ? 0.f : 2.f, 1.3f);
+  const std::vector<float> w = test::randn(size_t(dim), 1.f, 0.3f), b = test::randn(size_t(dim), 0.f, 0.5f);
+  const int64_t rows_per_batch = std::max<int64_t>(1, rows / 3);
+  const int64_t batch = (rows + rows_per_batch - 1) / rows_per_batch;
+  const std::vector<float> e0 = test::randn(size_t(batch * 6 * dim), 0.f, 0.5f);
+  DeviceBuffer dx(x), dw(w), db(b), de0(e0);
+  auto run = [&](NormRowsKernel k) {
+    Rows out(yt, rows, dim, dim);
+    DeviceBuffer dy(out);
+    Status s = Status::Ok;
+    const AdaLnRows ak = k == NormRowsKernel::Lean ? AdaLnRows::Lean : AdaLnRows::One;
+    if (op == LeanCheckOp::Rms)
+      s = rms_norm_cuda(dx.at(x), xt, dim, dy.at(out), yt, dim, dw.f32(), rows, dim, kEps, nullptr, k);
+    else if (op == LeanCheckOp::Layer)
+      s = layer_norm_cuda(dx.at(x), xt, dim, dy.at(out), yt, dim, dw.f32(), db.f32(), rows, dim, kEps, nullptr, k);
+    else
+      s = adaln_modulate_cuda(dx.at(x), xt, dim, dy.at(out), yt, dim, de0.f32() + dim, de0.f32(), 6 * dim,
+                              rows_per_batch, rows, dim, kEps, nullptr, ak);
+    EXPECT_EQ(s, Status::Ok);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    dy.download(out);
+    return out;
+  };
+  const Rows ref = run(first), got = run(second);
+  const std::string what = label(op == LeanCheckOp::Rms ? "rms_norm" : op == LeanCheckOp::Layer ? "layer_norm" : "adaln",
+                                 xt, yt, rows, dim);
+  size_t nan = 0;
+  for (double v : got.values()) nan += std::isnan(v);
+  EXPECT_EQ(nan, 0u) << what << ": unwritten outputs";
+  EXPECT_TRUE(got.bytes == ref.bytes) << what << ": variant " << int(second) << " differs from variant " << int(first);
+}
+
+TEST(NormLeanGpu, BitIdenticalToDefaultWhereSameOrder) {
+  TD_REQUIRE_GPU();
+  for (ElemType t : kActTypes) {
+    for (int64_t dim : {64, 96, 1000, 1536, 4096, 5120}) check_lean_bits(LeanCheckOp::Rms, t, t, 333, dim);
+    for (int64_t dim : {64, 96, 1000, 1536}) {
+      check_lean_bits(LeanCheckOp::Layer, t, t, 333, dim);
+      check_lean_bits(LeanCheckOp::AdaLn, t, t, 333, dim);
+    }
+  }
+  check_lean_bits(LeanCheckOp::Layer, ElemType::F32, ElemType::BF16, 4099, 1536);
+  check_lean_bits(LeanCheckOp::AdaLn, ElemType::BF16, ElemType::BF16, 32760, 1536);
+}
+
 // ---- residual_gate_norm -----------------------------------------------------------------------
 
 TEST(ResidualGateNormGpu, MatchesCpuEverySizeAndCase) {

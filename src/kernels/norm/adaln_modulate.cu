@@ -21,7 +21,7 @@
 
 #include "kernels/norm/adaln_modulate.h"
 #include "kernels/norm/norm_host.h"
-#include "kernels/norm/norm_rows.cuh"
+#include "kernels/norm/norm_lean.cuh"
 
 namespace td::kernels {
 namespace {
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(gpu::kMaxRowThreads) adaln_two_rows_kernel(con
   }
 }
 
-// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|cta64|cta128 (read per
+// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean (read per
 // call, for A/B in benchmarks), else the one-row default.
 AdaLnRows resolve_rows(AdaLnRows v) {
   if (v != AdaLnRows::Auto) return v;
@@ -137,6 +137,7 @@ AdaLnRows resolve_rows(AdaLnRows v) {
   if (e != nullptr && std::strcmp(e, "2") == 0) return AdaLnRows::Two;
   if (e != nullptr && std::strcmp(e, "cta64") == 0) return AdaLnRows::Cta64;
   if (e != nullptr && std::strcmp(e, "cta128") == 0) return AdaLnRows::Cta128;
+  if (e != nullptr && std::strcmp(e, "lean") == 0) return AdaLnRows::Lean;
   return AdaLnRows::One;
 }
 
@@ -201,6 +202,7 @@ Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
     return act_type_dispatch(y_type, [&](auto yt) {
       using YT = typename decltype(yt)::type;
       if (two_rows) return launch_two_rows<XT, YT>(a, plan, cs);
+      if (variant == AdaLnRows::Lean) return launch_norm_lean<LeanOp::AdaLn, XT, YT>(a, plan, cs);
       return launch_norm_rows<NormKind::Layer, false, XT, XT, YT>(a, plan, cs);
     });
   });

@@ -30,10 +30,15 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
 //         than the CTA (1536: one warp per row) go 2 / 4 per CTA, each warp
 //         its own row, no CTA-wide barrier; wider rows as One. Bit-identical
 //         to One (norm_variant.h says why it might help).
-//   Auto  TURBODIFF_ADALN_ROWS=2|cta64|cta128 if set, else One.
+//   Lean  the lean row kernel (norm_lean.cuh: ~3x fewer instructions per
+//         element, one CTA barrier per row at 5120); bit-identical to One
+//         for rows of <= 32 threads (1536), per-warp statistics merged
+//         (fp32 rounding apart) for wider rows. Predicted 83.2/85.6% ->
+//         ~93/95% of copy at 32760x1536 / 75600x5120.
+//   Auto  TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean if set, else One.
 // (A persistent warp-team variant, Teams, measured 76-77% of copy against
 // One's 83-86% on the H200 on 2026-11-30 and was removed.)
-enum class AdaLnRows { Auto, One, Two, Cta64, Cta128 };
+enum class AdaLnRows { Auto, One, Two, Cta64, Cta128, Lean };
 
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,

@@ -15,7 +15,7 @@
 // Measured (H200, bench_norm, one run): 58.0 us = 87% of copy bandwidth; 408 us = 89%.
 #include "kernels/norm/layer_norm.h"
 #include "kernels/norm/norm_host.h"
-#include "kernels/norm/norm_rows.cuh"
+#include "kernels/norm/norm_lean.cuh"
 
 namespace td::kernels {
 
@@ -47,6 +47,7 @@ Status layer_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {
       using YT = typename decltype(yt)::type;
+      if (variant == NormRowsKernel::Lean) return launch_norm_lean<LeanOp::Layer, XT, YT>(a, plan, cs);
       return launch_norm_rows<NormKind::Layer, false, XT, XT, YT>(a, plan, cs);
     });
   });

@@ -250,7 +250,7 @@ Status launch_norm_rows(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t
   return launch_status();
 }
 
-// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=cta64|cta128 (read per call,
+// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=cta64|cta128|lean (read per call,
 // for A/B in benchmarks), else Rows.
 inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
   if (k != NormRowsKernel::Auto) return k;
@@ -258,6 +258,7 @@ inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
   if (e == nullptr) return NormRowsKernel::Rows;
   if (std::strcmp(e, "cta64") == 0) return NormRowsKernel::Cta64;
   if (std::strcmp(e, "cta128") == 0) return NormRowsKernel::Cta128;
+  if (std::strcmp(e, "lean") == 0) return NormRowsKernel::Lean;
   return NormRowsKernel::Rows;
 }
 

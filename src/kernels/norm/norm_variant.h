@@ -17,13 +17,23 @@
 //          registers: 20-21 warps per SM whatever the CTA size) unchanged;
 //          5120 (160-thread rows) runs as Rows. Not enough for the 90% bar
 //          alone: the rest is instructions (23.6 per element, profile).
-//   Auto   TURBODIFF_NORM_KERNEL=cta64|cta128 if set (read per call), else Rows.
+//   Lean   norm_lean.cuh: the row engine's layout with ~3x fewer
+//          instructions per element (column layout as template arguments
+//          at Wan's widths, the row unpacked once, parameter branches once
+//          per row, one CTA barrier per LayerNorm row at 5120). Bit-identical
+//          to Rows for RMS norm and for rows of <= 32 threads; wider LayerNorm
+//          rows merge per-warp statistics (fp32 rounding apart). Prediction
+//          in norm_lean.cuh (layer_norm 84.7/89.2% -> ~94/96% of copy;
+//          measured with no_allocate loads: 85.6/93.0%, rms 88.8/92.9%).
+//   (Lean2, two rows per warp at 1536, measured 76.8-87.4% of copy there
+//          against Lean's 84.4-88.8% on the H200 on 2026-11-30: removed.)
+//   Auto   TURBODIFF_NORM_KERNEL=cta64|cta128|lean if set (read per call), else Rows.
 // (A persistent warp-team variant, Teams, measured 75-83% of copy against
 // the row engine's 83-97% on the H200 on 2026-11-30 and was removed.)
 #pragma once
 
 namespace td::kernels {
 
-enum class NormRowsKernel { Auto, Rows, Cta64, Cta128 };
+enum class NormRowsKernel { Auto, Rows, Cta64, Cta128, Lean };
 
 }  // namespace td::kernels

@@ -18,7 +18,7 @@
 //   75600 x 5120: 1548.3 MB -> 387.1 us (PyTorch 468 us, TurboDiffusion Triton 475 us)
 // Measured (H200, bench_norm, one run): 55.7 us = 90% of copy bandwidth; 374 us = 97.5%.
 #include "kernels/norm/norm_host.h"
-#include "kernels/norm/norm_rows.cuh"
+#include "kernels/norm/norm_lean.cuh"
 #include "kernels/norm/rms_norm.h"
 
 namespace td::kernels {
@@ -50,6 +50,7 @@ Status rms_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {
       using YT = typename decltype(yt)::type;
+      if (variant == NormRowsKernel::Lean) return launch_norm_lean<LeanOp::Rms, XT, YT>(a, plan, cs);
       return launch_norm_rows<NormKind::Rms, false, XT, XT, YT>(a, plan, cs);
     });
   });
