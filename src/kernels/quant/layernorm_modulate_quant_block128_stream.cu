@@ -59,21 +59,29 @@
 // 93% of copy. Predicted 88-95% of copy at 32760x1536 and 85-93% at
 // 75600x5120, against 42% / 39% for the portable path.
 //
-// Measured (H200, bench_ln_quant_block128, 2026-11-30): 33.8% of copy at
-// 32760x1536 (portable 42.7% in the same run) and 26.8% at 75600x5120
-// (portable 38.8%), with the chunk loops of passes A, C and D unrolled by 2
-// (+5% over 32.0% / 25.5% without): the prediction was wrong by ~3x. A
-// clock64 breakdown per stripe (TD_LNQS_PROFILE, 1536, 1 x 2): pass A 23%,
+// Measured (H200, bench_ln_quant_block128, 2026-11-30): 43.0% of copy at
+// 32760x1536 (portable 42.2% in the same run) and 32.0% at 75600x5120
+// (portable 38.9%). Steps, same-run pairs: chunk loops of A, C, D unrolled
+// by 2: 32.0 -> 33.8% / 25.5 -> 26.8%; the 1-row-per-warp slots' packs
+// taken as lane + 32 kk (no per-slot division result kept: the Wan
+// instantiation <bf16, 3 slots, 1 row> went from 60 bytes of spills to
+// none): 34.0 -> 43.0% / 26.7 -> 32.0%. The prediction was wrong by ~3x. A
+// clock64 breakdown per stripe before the spill fix (TD_LNQS_PROFILE, 1536,
+// 1 x 2): pass A 23%,
 // B (CTA barrier + cluster exchange + merge) 9%, C 16%, C's barriers and
 // scales 8%, D 36%; the loads are in time (waiting for them: 4%). So every
 // pass runs at ~3x the cycles per element counted above (latency-bound:
 // 16 warps per SM, 24 elements per lane per chunk between dependent
 // reductions and barriers; 60-80 bytes of spills at 128 registers), and D
 // at 2.3x C's cost for 1.35x its instructions (stores and cp.async refills
-// in the same loop). Not a candidate for the default; kept for the next
-// round (more elements per lane per chunk, fewer passes, no spills).
-// Registers: 128 (512 threads, 1 CTA per SM), 56-88 bytes spilled in the
-// 3-slot instantiations; shared memory <= 212 KB ring + 9.7 KB.
+// in the same loop). At 1536 it now edges the portable path (43.0 vs 42.2%);
+// at 5120 it does not (32.0 vs 38.9%): not yet a candidate for the default.
+// Next: fewer registers still (the 2-rows-per-warp instantiations spill),
+// more elements per lane per chunk, fewer passes.
+// Registers: 128 (512 threads, 1 CTA per SM); spills: none in the Wan
+// instantiations (16-bit, 3 slots, 1 row per warp), 16 bytes in fp32's,
+// ~96 bytes in the 2-rows-per-warp 3-slot ones; shared memory <= 212 KB ring
+// + 9.7 KB static.
 #include "kernels/quant/layernorm_modulate_quant_block128_stream.h"
 
 #include <cuda_runtime.h>
@@ -299,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) ln_mod_quant_block128_stream_kern
   for (int kk = 0; kk < KP; ++kk) {
     const int f = lane + 32 * kk;
     slot_row[kk] = RW == 1 ? 0 : f / slab_packs;
-    slot_pack[kk] = f % slab_packs;
+    slot_pack[kk] = RW == 1 ? f : f % slab_packs;  // (RW 1: f itself for every valid slot, and no division)
     slot_ok[kk] = f < RW * slab_packs && slot_pack[kk] < my_packs;
   }
   auto rows_in_part = [&](int64_t s) {

@@ -5,7 +5,7 @@
 // 128-row stripe in flight while the current one is normalized and
 // quantized. sm_90+ (thread-block clusters, distributed shared memory); the
 // design, its prediction and the H200 measurement are at the top of
-// layernorm_modulate_quant_block128_stream.cu. Measured 34% / 27% of copy at
+// layernorm_modulate_quant_block128_stream.cu. Measured 43% / 32% of copy at
 // Wan's 32760x1536 / 75600x5120 against the portable path's 42% / 39%: not
 // the default (the lead wires the dispatch after measurements).
 //
