@@ -115,7 +115,7 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
   };
   stream_path("ln_mod_quant_block128_stream", {});
   // The other splits worth comparing at this width.
-  const LnQuantStreamOptions forced[] = {{1, 2}, {1, 4}, {2, 2}, {2, 4}, {1, 8}, {2, 8}};
+  const LnQuantStreamOptions forced[] = {{1, 2}, {1, 3}, {1, 4}, {1, 6}, {2, 2}, {2, 3}, {2, 4}, {1, 8}, {2, 8}};
   for (const LnQuantStreamOptions& o : forced) {
     LnQuantStreamPlan plan;
     if (layernorm_modulate_quant_block128_stream_plan(ElemType::BF16, K, o, &plan) != Status::Ok) continue;

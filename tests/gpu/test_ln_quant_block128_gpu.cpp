@@ -178,7 +178,8 @@ TEST(LnQuantBlock128StreamGpu, MatchesReferenceAtWan480p) {
 }
 
 // Every split the chooser may pick, forced: 1 or 2 row parts x 1-16 column
-// parts (those that cannot be scheduled here say Unsupported).
+// parts, powers of two (statistics merged by shuffles) and 3 / 6 (a lane per
+// row); those that cannot be scheduled here say Unsupported.
 TEST(LnQuantBlock128StreamGpu, EverySplitMatchesReference) {
   TD_REQUIRE_GPU();
   struct Forced {
@@ -187,7 +188,8 @@ TEST(LnQuantBlock128StreamGpu, EverySplitMatchesReference) {
   };
   constexpr Forced kForced[] = {{1000, 1536, 1000, 1, 4}, {1000, 1536, 1000, 2, 2}, {1000, 1536, 700, 2, 4},
                                 {700, 5120, 700, 1, 8},   {700, 5120, 300, 2, 8},   {500, 4096, 500, 2, 8},
-                                {300, 1536, 300, 1, 2},   {257, 1000, 257, 2, 2}};
+                                {300, 1536, 300, 1, 2},   {257, 1000, 257, 2, 2},   {1000, 1536, 1000, 1, 3},
+                                {300, 1536, 130, 2, 3},   {1000, 1536, 600, 1, 6}};
   for (ElemType t : {ElemType::BF16, ElemType::F32})
     for (const Forced& f : kForced) {
       const Problem p = make_problem(t, f.rows, f.dim, f.rows_per_batch);

@@ -433,7 +433,29 @@ __global__ void __launch_bounds__(kThreads, 1) ln_mod_quant_block128_stream_kern
     while (!mbar_try_cluster(&stats_bar[par], par_phase)) {
     }
     PROF_MARK(3);
-    {
+    if ((cc & (cc - 1)) != 0) {
+      // 3, 5, 6 ... column parts: a lane per row (nq <= 16), the parts in a loop.
+      const int nq = chunks_per_part * RW;
+      const int row = (lane / RW) * kChunkRows + warp * RW + lane % RW;
+      if (lane < nq && row < nrows) {
+        float sum = 0.f;
+        for (int k = 0; k < cc; ++k) {
+          const float nk = float(max(0, min(a.dim - k * a.slab_cols, a.slab_cols)));
+          sum += nk * ld_remote_f2(&part[par][row], uint32_t(h * cc + k)).x;
+        }
+        const float mean = sum / float(a.dim);
+        float m2 = 0.f;
+        for (int k = 0; k < cc; ++k) {
+          const float nk = float(max(0, min(a.dim - k * a.slab_cols, a.slab_cols)));
+          const float2 pm = ld_remote_f2(&part[par][row], uint32_t(h * cc + k));
+          const float d = pm.x - mean;
+          m2 += fmaf(nk * d, d, pm.y);
+        }
+        row_mean[row] = mean;
+        row_rstd[row] = __fdiv_rn(1.f, __fsqrt_rn(m2 / float(a.dim) + a.eps));
+      }
+      __syncwarp();
+    } else {
       const int rows_per_round = 32 / cc;
       const int nq = chunks_per_part * RW;  // rows of this warp in the stripe part
       const int k = lane % cc;
@@ -662,7 +684,7 @@ int candidate_plans(int dim, int elem, LnQuantStreamOptions opt, Plan* out, int 
   int n = 0;
   const int groups = (dim + kQuantGroup - 1) / kQuantGroup;
   for (int rp : {1, 2}) {
-    for (int cp : {1, 2, 4, 8, 16}) {
+    for (int cp : {1, 2, 3, 4, 6, 8, 16}) {
       if (rp * cp > kMaxClusterCtas) continue;
       if ((opt.row_parts && opt.row_parts != rp) || (opt.col_parts && opt.col_parts != cp)) continue;
       const int per_part = (groups + cp - 1) / cp;
