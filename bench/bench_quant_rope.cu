@@ -130,16 +130,25 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
   // next row in flight; 1536 only, 5120 runs _warps): 90-94% at 1536.
   // _warps_lean (28 warps per SM instead of 20, ~18.5 instructions per
   // element; 1536 only, 5120 runs _warps): 90-95% at 1536.
+  // _pairs (PairRows: a team owns two rows, the fp32 shift/scale read once
+  // for both in whole 128-byte lines; not bit-identical): predicted 85-93%
+  // of copy at 32760x1536 and 82-92% at 75600x5120 (measured on the H200
+  // 2026-11-30: 73.5% / 61.8%, latency-bound at 16 warps per SM).
+  // _pairs_reload (x blocks loaded again for y, 85 registers, 24 warps per
+  // SM): predicted 82-90% / 70-80%; measured 74.6% / 65.2%.
   for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four,
                              LnQuantTokenRows::WarpTeams, LnQuantTokenRows::WarpRows,
-                             LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean}) {
+                             LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean,
+                             LnQuantTokenRows::PairRows, LnQuantTokenRows::PairRowsReload}) {
     const char* key = v == LnQuantTokenRows::One         ? "ln_mod_quant_token128"
                       : v == LnQuantTokenRows::Two       ? "ln_mod_quant_token128_rows2"
                       : v == LnQuantTokenRows::Four      ? "ln_mod_quant_token128_rows4"
                       : v == LnQuantTokenRows::WarpTeams ? "ln_mod_quant_token128_teams"
                       : v == LnQuantTokenRows::WarpRows  ? "ln_mod_quant_token128_warps"
                       : v == LnQuantTokenRows::WarpRowsPrefetch ? "ln_mod_quant_token128_warps_pf"
-                                                                : "ln_mod_quant_token128_warps_lean";
+                      : v == LnQuantTokenRows::WarpRowsLean     ? "ln_mod_quant_token128_warps_lean"
+                      : v == LnQuantTokenRows::PairRows         ? "ln_mod_quant_token128_pairs"
+                                                                : "ln_mod_quant_token128_pairs_reload";
     ops[key] = result(
         td::bench::time_cuda([&](int i) {
           check(layernorm_modulate_quant_token128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,

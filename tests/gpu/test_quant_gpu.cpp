@@ -422,6 +422,7 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                                                   : token_rows == LnQuantTokenRows::WarpRowsPrefetch
                                                       ? " warp rows prefetch"
                                                   : token_rows == LnQuantTokenRows::WarpRowsLean ? " warp rows lean"
+                                                  : token_rows == LnQuantTokenRows::PairRows     ? " pair rows"
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
@@ -570,6 +571,49 @@ TEST(LnModulateQuantGpu, Token128WarpRowsBitIdenticalToOne) {
       ASSERT_EQ(std::memcmp(one.scales.data(), warp.scales.data(), one.scales.size() * 4), 0)
           << what << ": scales differ";
     }
+  }
+}
+// The two-rows-per-team token128 variant (LnQuantTokenRows::PairRows): the
+// cases above (it runs 16-bit rows of a multiple of 512 columns: 1536 (one
+// warp, 4 teams per CTA), 4096 (2 warps x 4 blocks), 5120 (5 x 2); 64, 200,
+// 1000 and fp32 run the one-row kernel), plus pairs that cross a sample
+// boundary (odd rows_per_batch: the second row's parameters are loaded on
+// their own), odd row counts (a team with one row), rows fewer than a CTA's
+// teams, every team size / blocks per warp it takes (512: 1 block; 2048: 4;
+// 3072: 2 warps x 3; 4608: 3 x 3; 6144: 4 x 3; 8192: 4 x 4) and rows it does
+// not take (8960, 1000). Same bars as the default (the statistics are summed
+// in another order: not bit-identical).
+// PairRowsReload (x blocks loaded again for y) takes the same cases, and
+// must give PairRows' codes and scales bit for bit (same arithmetic).
+TEST(LnModulateQuantGpu, Token128PairRowsAgainstReference) {
+  TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
+  for (LnQuantTokenRows v : {LnQuantTokenRows::PairRows, LnQuantTokenRows::PairRowsReload}) {
+    const std::string name = v == LnQuantTokenRows::PairRows ? "pair rows" : "pair rows reload";
+    check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, v);
+    constexpr LnCase kExtra[] = {{333, 1536, 111}, {131, 5120, 13}, {1001, 1536, 2}, {3, 1536, 1},  {1, 1536, 1},
+                                 {7, 512, 3},      {9, 2048, 5},    {45, 3072, 45},  {5, 4608, 5},  {77, 6144, 20},
+                                 {6, 8192, 3},     {19, 8960, 7},   {37, 1000, 7},   {17, 4096, 17}};
+    for (ElemType t : kActTypes)
+      for (const LnCase& lc : kExtra) {
+        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+        check_ln(Fmt::Token128, p,
+                 "ln_modulate_quant token128 " + name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                     std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
+                 LnQuantBlockPath::Auto, false, nullptr, v);
+      }
+    // Wan 14B 720p rows, two samples (the pair kernel's multi-warp teams at scale).
+    const LnProblem wan = make_ln_problem(ElemType::BF16, 2 * 1500 + 1, 5120, 1500);
+    check_ln(Fmt::Token128, wan, "ln_modulate_quant token128 " + name + " bf16 3001x5120", LnQuantBlockPath::Auto,
+             false, nullptr, v);
+  }
+  for (const LnCase& lc : {LnCase{333, 1536, 111}, LnCase{131, 5120, 13}, LnCase{45, 3072, 45}, LnCase{5, 4608, 5}}) {
+    const LnProblem p = make_ln_problem(ElemType::BF16, lc.rows, lc.dim, lc.rows_per_batch);
+    const std::string what = "pair rows reload vs pair rows bf16 " + std::to_string(lc.rows) + "x" + std::to_string(lc.dim);
+    const Quantized pairs = run_ln_token128_gpu(p, LnQuantTokenRows::PairRows);
+    const Quantized reload = run_ln_token128_gpu(p, LnQuantTokenRows::PairRowsReload);
+    ASSERT_EQ(std::memcmp(pairs.q.data(), reload.q.data(), pairs.q.size()), 0) << what << ": codes differ";
+    ASSERT_EQ(std::memcmp(pairs.scales.data(), reload.scales.data(), pairs.scales.size() * 4), 0)
+        << what << ": scales differ";
   }
 }
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }

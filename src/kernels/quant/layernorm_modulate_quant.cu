@@ -913,6 +913,314 @@ Status launch_token128_warp_rows(const LnArgs& a, int W, bool prefetch, bool lea
   }
 }
 
+// LnQuantTokenRows::PairRows (variant beside the kernels above; issue 3).
+// Why the warp-per-row kernels stop at ~57-68% of copy: the H200 profile of
+// WarpRowsLean (32760x1536 bf16, Nsight Compute, 2026-11-30) shows issue
+// slots only 60% busy and DRAM 52%, but the L1/TEX pipe at 73% (the busiest
+// unit) with "short scoreboard" (waiting on L1) the top stall: every row
+// reads its sample's fp32 shift and scale, 8 bytes per column, through L1,
+// four LDG.128 per 8-element pack against one for x, i.e. ~75% of the L1
+// wavefronts are parameters. Changes here:
+//  * A team (one warp at 1536: 4 teams per 128-thread CTA; 2-8 warps, one
+//    team per CTA, for wider rows) owns TWO consecutive rows, each lane the
+//    same columns of both: a pack's shift / scale are loaded once for the
+//    two rows (and 1 + scale added once), halving the parameter wavefronts
+//    (rows of two samples: the second row loads its own).
+//  * Lane l of a 64-pack slot pair k holds packs 64k + 16(l/8) + (l%8) and
+//    that + 8: both of one 128-column group, so a group is 8 lanes x 16
+//    elements: the group max is 3 xor shuffles per 16 elements instead of 4
+//    per 8. Each LDG.128 / STG.64 still covers whole 128-byte / 64-byte
+//    segments (8 consecutive lanes read 8 consecutive packs).
+//  * Per slot pair, lane (l%8) == i of each 8-lane group derives row i's
+//    scale and inverse (one IEEE division pair per lane), two shuffles bring
+//    the inverses back; lanes 0 and 1 store the two rows' scales.
+//  * Statistics: the exact two-pass (centered) variance, the raw row kept
+//    packed (16-bit inputs: S x 4 registers per row) and unpacked per pass;
+//    a multi-warp team adds its warps' sums through shared memory in warp
+//    order (one barrier per statistic and row pair).
+// y, the parameters and the codes use the default's expressions
+// (fmaf((x - mean) * rstd, 1 + scale, shift), amax/127 and 127/amax by IEEE
+// divisions, cvt.rni.sat.s8 of the rounded product); only the order of the
+// statistics' sums differs from One (not bit-identical: codes may move by
+// +-1 near ties, within the tests' bars).
+// Runs 16-bit rows with dim a multiple of 512 whose team has <= 8 warps
+// (S = 6 packs per lane and row at 1536 (1 warp), 4 at 5120 (5 warps), 4 at
+// 4096 (4 warps), 6 at 3072 (2 warps)); elsewhere the one-row kernel.
+// Counted per bf16 element at 1536 (S = 6): unpack 3 (one per pass), sum 1,
+// centered square 2, y 3, |y| max 1, group max 0.4, product + cvt + PRMT
+// 2.75, parameters (4 LDG.128 + 8 FADD per pack, for two rows) 0.75, x / q
+// accesses 0.25, divisions and inverse shuffles ~1, per-row statistics and
+// addresses ~1.5: ~16.5 (issue ~55% at 93% of copy; not the limit). L1
+// wavefronts per 256 elements of a row: 8 parameters + 4 x + 2 codes = 14
+// against 22 (-36%): ~63% of L1 at 93% of copy.
+// The parameters are read as 4-column runs (lane (q, j): columns 128q +
+// 32r + 4j, r < 4, of each 512-column block): a float4 per lane, 8 lanes =
+// one whole 128-byte line, where 8 consecutive columns per lane (two float4
+// at a 32-byte stride, as in the kernels above) touch every sector twice
+// (the lean profile: 43% "excessive" sectors); x as 8-byte and codes as
+// 4-byte accesses (whole 64- / 32-byte segments).
+// Predicted (H200, bf16): 85-93% of copy at 32760x1536 (from 67.9% lean),
+// 82-92% at 75600x5120 (from 56.6%).
+// Measured (H200, 2026-11-30, bench_quant_rope, two runs): 73.5-74.3% /
+// 61.6-61.8% of copy (lean 67.4-67.6% / 57.2-57.8%, One 58.6-59.5%). sm_90a
+// SASS / Nsight Compute at 1536: 128 registers, no spills, 16 warps per SM,
+// ~19.3 instructions per element (One: 34.6), issue 59%, L1 48% (lean 73%),
+// DRAM 58%, L2 74%: nothing saturated, short of the 90% bar; at 5120 (5-warp
+// teams, 128 registers, 32 bytes of spill) ~21.7 per element.
+constexpr int kPairTeamsPerCta = 4;  // 1-warp teams per 128-thread CTA
+constexpr int kPairMaxWarps = 8;
+
+// 4 elements of a 16-bit type (8 bytes) as fp32, through an empty asm that
+// makes the words opaque, so that the compiler cannot keep one pass's
+// unpacked floats for the next (it would hold 2 rows x 16P floats: 168-202
+// registers at P = 3-4); each pass re-unpacks (1 instruction per element)
+// from the packed rows.
+template <typename T>
+__device__ __forceinline__ void unpack4_opaque(uint2 w, float (&f)[4]) {
+  asm volatile("" : "+r"(w.x), "+r"(w.y));
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    f[0] = bf16_lo(w.x), f[1] = bf16_hi(w.x), f[2] = bf16_lo(w.y), f[3] = bf16_hi(w.y);
+  } else {
+    f[0] = f16_lo(w.x), f[1] = f16_hi(w.x), f[2] = f16_lo(w.y), f[3] = f16_hi(w.y);
+  }
+}
+
+// Codes of 4 values with multiplier inv, packed little-endian (PRMT).
+__device__ __forceinline__ uint32_t quantize4_prmt(const float (&f)[4], float inv) {
+  uint32_t c[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c[i] = uint32_t(cvt_rn_sat_s8(__fmul_rn(f[i], inv)));  // low byte = the code
+  return __byte_perm(__byte_perm(c[0], c[1], 0x0040), __byte_perm(c[2], c[3], 0x0040), 0x5410);
+}
+
+// kReload (LnQuantTokenRows::PairRowsReload): the packed rows are dropped
+// after the statistics and each 512-column block is loaded again (from L1,
+// where the pair's 2 x 3 KB (1536) were just read, else L2) when its y is
+// computed: the H200 profile of PairRows (1536: 128 registers, 16 warps per
+// SM, issue 59%, L1 48%, no unit saturated) is latency-bound, and without
+// the rows' 48 registers held through the y pass the kernel fits 85
+// registers: 24 warps per SM, for 4 more L1 wavefronts per 256 elements
+// (18 instead of 14; lean: ~38). Predicted 82-90% / 70-80% of copy.
+// Measured (H200, 2026-11-30): 74.6% at 32760x1536 (80 registers, 24 bytes
+// of spill, 21.4 warps per SM achieved, issue 60%, L1 63%, L2 75%, DRAM 58%:
+// the extra warps did not help, so the pair kernel is not occupancy-bound),
+// 65.2% at 75600x5120 (PairRows 61.6%): the best of the variants at both
+// shapes, still short of issue 3's 90%.
+template <typename T, int P, bool kMulti, bool kReload>
+__global__ void __launch_bounds__(kMulti ? kPairMaxWarps * 32 : kPairTeamsPerCta * 32,
+                                  kReload ? (kMulti ? 3 : 6) : (kMulti ? 2 : 4))
+    ln_mod_quant_token128_pair_kernel(LnArgs a, int team_warps) {
+  static_assert(sizeof(T) == 2, "16-bit rows");
+  __shared__ float red[2][2][kPairMaxWarps];  // [statistic][row][warp]
+  const int lane = int(threadIdx.x & 31u), warp = int(threadIdx.x >> 5);
+  const int tw = kMulti ? team_warps : 1;
+  const int wt = kMulti ? warp : 0;  // warp within the team
+  const int64_t r0 = kMulti ? 2 * int64_t(blockIdx.x) : 2 * (int64_t(blockIdx.x) * kPairTeamsPerCta + warp);
+  if (r0 >= a.rows) return;  // a whole team (kMulti: never, the grid is ceil(rows / 2))
+  const bool row1 = r0 + 1 < a.rows;
+  // Lane (q, j) = (lane / 8, lane % 8) holds, of each 512-column block k of
+  // its warp, the 4-column runs r = 0..3 at 128q + 32r + 4j: group 4k + q.
+  const int q8 = lane >> 3, li = lane & 7;
+  const int cw = wt * 512 * P;                // the warp's first column
+  const int col = cw + 128 * q8 + 4 * li;     // this lane's first column
+  const T* x0 = static_cast<const T*>(a.x) + r0 * a.ld_x + col;
+  const T* x1 = row1 ? x0 + a.ld_x : x0;  // a missing second row reloads the first (nothing is stored)
+
+  uint2 raw[2][P][4];
+#pragma unroll
+  for (int k = 0; k < P; ++k)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      raw[0][k][r] = *reinterpret_cast<const uint2*>(x0 + 512 * k + 32 * r);
+      raw[1][k][r] = *reinterpret_cast<const uint2*>(x1 + 512 * k + 32 * r);
+    }
+
+  // Statistics of both rows, interleaved (independent shuffle chains).
+  float m0, m1;
+  {
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float f[4], g[4];
+        unpack4_opaque<T>(raw[0][k][r], f);
+        unpack4_opaque<T>(raw[1][k][r], g);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s0 += f[e], s1 += g[e];
+      }
+    s0 = warp_sum(s0);
+    s1 = warp_sum(s1);
+    if constexpr (kMulti) {
+      if (lane == 0) red[0][0][warp] = s0, red[0][1][warp] = s1;
+      __syncthreads();
+      s0 = 0.f, s1 = 0.f;
+      for (int w = 0; w < tw; ++w) s0 += red[0][0][w], s1 += red[0][1][w];
+    }
+    m0 = s0 / float(a.dim);
+    m1 = s1 / float(a.dim);
+  }
+  float rstd0, rstd1;
+  {
+    float c0 = 0.f, c1 = 0.f;
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float f[4], g[4];
+        unpack4_opaque<T>(raw[0][k][r], f);
+        unpack4_opaque<T>(raw[1][k][r], g);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float d0 = f[e] - m0, d1 = g[e] - m1;
+          c0 = fmaf(d0, d0, c0);
+          c1 = fmaf(d1, d1, c1);
+        }
+      }
+    c0 = warp_sum(c0);
+    c1 = warp_sum(c1);
+    if constexpr (kMulti) {
+      if (lane == 0) red[1][0][warp] = c0, red[1][1][warp] = c1;
+      __syncthreads();
+      c0 = 0.f, c1 = 0.f;
+      for (int w = 0; w < tw; ++w) c0 += red[1][0][w], c1 += red[1][1][w];
+    }
+    rstd0 = __fdiv_rn(1.f, __fsqrt_rn(c0 / float(a.dim) + a.eps));
+    rstd1 = __fdiv_rn(1.f, __fsqrt_rn(c1 / float(a.dim) + a.eps));
+  }
+
+  // Samples: one division per row pair; the second row is in the next
+  // sample only where the first is its sample's last.
+  const int64_t b0 = sample_of(r0, a.rows_per_batch);
+  const int64_t b1 = row1 && r0 + 1 - b0 * a.rows_per_batch == a.rows_per_batch ? b0 + 1 : b0;
+  const float* sh0 = a.shift + b0 * a.ld_mod + col;
+  const float* sc0 = a.scale + b0 * a.ld_mod + col;
+  int8_t* q0 = a.q + r0 * a.ld_q + col;
+  int8_t* q1 = q0 + a.ld_q;
+  // Rows of one sample share each parameter load; a pair across a sample
+  // boundary (rare) runs a second copy of the loop that loads per row, so
+  // that neither copy holds two rows' parameters at once.
+  auto finish = [&](auto same_tag) {
+    constexpr bool kSame = decltype(same_tag)::value;
+    const float* sh1 = kSame ? sh0 : a.shift + b1 * a.ld_mod + col;
+    const float* sc1 = kSame ? sc0 : a.scale + b1 * a.ld_mod + col;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      // Keeps block k + 1's parameter loads and y below block k's stores:
+      // interleaved, two blocks' y and parameters would be live at once.
+      asm volatile("" ::: "memory");
+      uint2 xk[2][4];  // block k of both rows
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kReload) {
+          xk[0][r] = *reinterpret_cast<const uint2*>(x0 + 512 * k + 32 * r);
+          xk[1][r] = *reinterpret_cast<const uint2*>(x1 + 512 * k + 32 * r);
+        } else {
+          xk[0][r] = raw[0][k][r], xk[1][r] = raw[1][k][r];
+        }
+      }
+      float y[2][4][4];
+      float amax0 = 0.f, amax1 = 0.f;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int off = 512 * k + 32 * r;
+        float4 sc = __ldg(reinterpret_cast<const float4*>(sc0 + off));
+        float4 sh = __ldg(reinterpret_cast<const float4*>(sh0 + off));
+        float f[4];
+        unpack4_opaque<T>(xk[0][r], f);
+        {
+          const float a4[4] = {1.f + sc.x, 1.f + sc.y, 1.f + sc.z, 1.f + sc.w}, b4[4] = {sh.x, sh.y, sh.z, sh.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            y[0][r][e] = fmaf((f[e] - m0) * rstd0, a4[e], b4[e]);
+            amax0 = fmaxf(amax0, fabsf(y[0][r][e]));
+          }
+          if constexpr (kSame) {
+            unpack4_opaque<T>(xk[1][r], f);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              y[1][r][e] = fmaf((f[e] - m1) * rstd1, a4[e], b4[e]);
+              amax1 = fmaxf(amax1, fabsf(y[1][r][e]));
+            }
+          }
+        }
+        if constexpr (!kSame) {
+          sc = __ldg(reinterpret_cast<const float4*>(sc1 + off));
+          sh = __ldg(reinterpret_cast<const float4*>(sh1 + off));
+          const float a4[4] = {1.f + sc.x, 1.f + sc.y, 1.f + sc.z, 1.f + sc.w}, b4[4] = {sh.x, sh.y, sh.z, sh.w};
+          unpack4_opaque<T>(xk[1][r], f);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            y[1][r][e] = fmaf((f[e] - m1) * rstd1, a4[e], b4[e]);
+            amax1 = fmaxf(amax1, fabsf(y[1][r][e]));
+          }
+        }
+      }
+      amax0 = group_max<8>(amax0);  // every lane takes part
+      amax1 = group_max<8>(amax1);
+      const QuantParams qp = symmetric_params_dev(li == 0 ? amax0 : amax1);
+      const float inv0 = __shfl_sync(0xffffffffu, qp.inv, lane & ~7);
+      const float inv1 = __shfl_sync(0xffffffffu, qp.inv, (lane & ~7) | 1);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int off = 512 * k + 32 * r;
+        *reinterpret_cast<uint32_t*>(q0 + off) = quantize4_prmt(y[0][r], inv0);
+        if (row1) *reinterpret_cast<uint32_t*>(q1 + off) = quantize4_prmt(y[1][r], inv1);
+      }
+      if (li == 0 || (li == 1 && row1)) {
+        const int g = (cw + 512 * k) / 128 + q8;
+        a.scales[int64_t(g) * a.ld_scales + r0 + li] = qp.scale;
+      }
+    }
+  };
+  if (b0 == b1)  // uniform over the team
+    finish(std::true_type{});
+  else
+    finish(std::false_type{});
+}
+
+// Launches the PairRows kernel where it applies (16-bit x, dim a multiple
+// of 512, a team of <= 8 warps with S in {6, 4, 8, 2} packs per lane and
+// row, preferred in that order: enough loads per lane, few warps per team);
+// Unsupported otherwise (the caller runs the one-row kernel).
+template <typename T>
+Status launch_token128_pairs(const LnArgs& a, bool reload, cudaStream_t s) {
+  if constexpr (sizeof(T) != 2) {
+    return Status::Unsupported;
+  } else {
+    if (a.dim % 512 != 0) return Status::Unsupported;
+    const int pairs = a.dim / 512;  // 512-column blocks per row
+    int P = 0, tw = 0;
+    for (int blocks : {3, 2, 4, 1}) {
+      if (pairs % blocks == 0 && pairs / blocks <= kPairMaxWarps) {
+        P = blocks, tw = pairs / blocks;
+        break;
+      }
+    }
+    if (P == 0) return Status::Unsupported;
+    auto go = [&](auto ptag) -> Status {
+      constexpr int kP = decltype(ptag)::value;
+      const int64_t rows_per_cta = 2 * kPairTeamsPerCta;
+      const unsigned grid1 = unsigned((a.rows + rows_per_cta - 1) / rows_per_cta), grid2 = unsigned((a.rows + 1) / 2);
+      if (tw == 1 && reload)
+        ln_mod_quant_token128_pair_kernel<T, kP, false, true><<<grid1, kPairTeamsPerCta * 32, 0, s>>>(a, 1);
+      else if (tw == 1)
+        ln_mod_quant_token128_pair_kernel<T, kP, false, false><<<grid1, kPairTeamsPerCta * 32, 0, s>>>(a, 1);
+      else if (reload)
+        ln_mod_quant_token128_pair_kernel<T, kP, true, true><<<grid2, unsigned(tw * 32), 0, s>>>(a, tw);
+      else
+        ln_mod_quant_token128_pair_kernel<T, kP, true, false><<<grid2, unsigned(tw * 32), 0, s>>>(a, tw);
+      return launch_status();
+    };
+    switch (P) {
+      case 1: return go(std::integral_constant<int, 1>{});
+      case 2: return go(std::integral_constant<int, 2>{});
+      case 3: return go(std::integral_constant<int, 3>{});
+      default: return go(std::integral_constant<int, 4>{});
+    }
+  }
+}
+
 // Rows per CTA that LnQuantTokenRows::Auto means: TURBODIFF_LNQ_TOKEN_ROWS=1|2|4
 // (read per call, for A/B in benchmarks), else WarpRowsLean up to dim 2048 and
 // the one-row kernel above (measured, below);
@@ -922,6 +1230,8 @@ constexpr int kTeamRows = -1;
 constexpr int kWarpRows = -2;
 constexpr int kWarpRowsPf = -3;    // WarpRowsPrefetch (TURBODIFF_LNQ_TOKEN_ROWS=warps_pf)
 constexpr int kWarpRowsLean = -4;  // WarpRowsLean (TURBODIFF_LNQ_TOKEN_ROWS=warps_lean)
+constexpr int kPairRows = -5;      // PairRows (TURBODIFF_LNQ_TOKEN_ROWS=pairs)
+constexpr int kPairRowsReload = -6;  // PairRowsReload (TURBODIFF_LNQ_TOKEN_ROWS=pairs_reload)
 int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
   switch (v) {
     case LnQuantTokenRows::One: return 1;
@@ -931,6 +1241,8 @@ int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
     case LnQuantTokenRows::WarpRows: return kWarpRows;
     case LnQuantTokenRows::WarpRowsPrefetch: return kWarpRowsPf;
     case LnQuantTokenRows::WarpRowsLean: return kWarpRowsLean;
+    case LnQuantTokenRows::PairRows: return kPairRows;
+    case LnQuantTokenRows::PairRowsReload: return kPairRowsReload;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
@@ -940,6 +1252,8 @@ int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
     if (std::strcmp(e, "warps") == 0) return kWarpRows;
     if (std::strcmp(e, "warps_pf") == 0) return kWarpRowsPf;
     if (std::strcmp(e, "warps_lean") == 0) return kWarpRowsLean;
+    if (std::strcmp(e, "pairs") == 0) return kPairRows;
+    if (std::strcmp(e, "pairs_reload") == 0) return kPairRowsReload;
     if (std::strcmp(e, "1") == 0) return 1;
   }
   // Measured on the H200 (2026-11-30, bench_quant_rope, fraction of copy):
@@ -1268,6 +1582,12 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
       });
     }
   }  // wider rows: the one-row kernel below
+  if (R == kPairRows || R == kPairRowsReload) {
+    const Status st = dispatch_act_type(x_type, [&](auto tag) {
+      return launch_token128_pairs<typename decltype(tag)::type>(a, R == kPairRowsReload, s);
+    });
+    if (st != Status::Unsupported) return st;
+  }  // fp32 rows, dims not a multiple of 512, teams of > 8 warps: the one-row kernel below
   if (R == kWarpRows || R == kWarpRowsPf || R == kWarpRowsLean) {
     // The default's plan fixes the statistics' order (bit-identity); rows
     // whose plan has more than 5 warps or whose raw row would not fit the

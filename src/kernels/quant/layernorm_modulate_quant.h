@@ -92,8 +92,23 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               (16-bit 1536): raw row re-unpacked per pass, parameters in
 //               chunks of 3 slots, 72 registers (28 warps per SM instead
 //               of 20); bit-identical to One; elsewhere WarpRows.
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps|warps_pf|warps_lean if set, else One.
-enum class LnQuantTokenRows { Auto, One, Two, Four, WarpTeams, WarpRows, WarpRowsPrefetch, WarpRowsLean };
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps|warps_pf|warps_lean|pairs|pairs_reload if set, else One.
+//   PairRows    a team (1536: one warp; wider rows: 2-8 warps, one per
+//               CTA) owns two consecutive rows, each lane the same columns
+//               of both, so the fp32 shift / scale (the profile's L1-bound
+//               traffic) are read once per two rows; a lane holds 16
+//               columns of one 128-group (group max over 8 lanes), one
+//               division pair per lane per 512 columns. Not bit-identical
+//               to One (statistics' order). 16-bit x with dim % 512 == 0
+//               (1536, 3072, 4096, 5120, ...), else One. Candidate for
+//               issue 3's bar (layernorm_modulate_quant.cu).
+//   PairRowsReload  PairRows with each 512-column block of x loaded again
+//               (L1 / L2) for y instead of held in registers since the
+//               statistics: 85 registers instead of 128 (24 warps per SM
+//               instead of 16). Same results as PairRows.
+enum class LnQuantTokenRows {
+  Auto, One, Two, Four, WarpTeams, WarpRows, WarpRowsPrefetch, WarpRowsLean, PairRows, PairRowsReload
+};
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
