@@ -561,6 +561,36 @@ TEST(NormLeanGpu, BitIdenticalToDefaultWhereSameOrder) {
   check_lean_bits(LeanCheckOp::AdaLn, ElemType::BF16, ElemType::BF16, 32760, 1536);
 }
 
+// LeanFma (one FFMA for o * w + b and o * (1 + scale) + shift at 1536 and
+// 5120 with x and y of one type; Lean elsewhere): the default's tolerance
+// against the CPU, every type, odd row counts, in place, per-token and
+// per-sample modulation, mixed types (the Lean fallback), Wan's shapes.
+TEST(NormLeanGpu, FmaVariantMatchesCpu) {
+  TD_REQUIRE_GPU();
+  g_norm_kernel = NormRowsKernel::LeanFma;
+  g_adaln_rows = AdaLnRows::LeanFma;
+  for (ElemType t : kActTypes)
+    for (int64_t rows : kRowCounts)
+      for (int64_t dim : {int64_t(1536), int64_t(5120), int64_t(1000)}) {
+        check_layer(t, t, rows, dim, {true, true});
+        check_layer(t, t, rows, dim, {true, false});
+        check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
+        check_rms(t, t, rows, dim, true);
+      }
+  for (ElemType t : kActTypes) {
+    check_layer(t, t, 333, 1536, {true, true}, {.in_place = true});
+    check_adaln(t, t, 333, 5120, 1, {.in_place = true});
+    check_layer(t, ElemType::BF16, 37, 1536, {true, true});
+    check_adaln(t, ElemType::BF16, 37, 5120, 5);
+  }
+  check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
+  check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
+  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
+  check_adaln(ElemType::BF16, ElemType::BF16, 2053, 5120, 1000);
+  g_norm_kernel = NormRowsKernel::Rows;
+  g_adaln_rows = AdaLnRows::One;
+}
+
 // ---- residual_gate_norm -----------------------------------------------------------------------
 
 TEST(ResidualGateNormGpu, MatchesCpuEverySizeAndCase) {

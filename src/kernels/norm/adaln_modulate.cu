@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(gpu::kMaxRowThreads) adaln_two_rows_kernel(con
   }
 }
 
-// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean (read per
+// The variant AdaLnRows::Auto means: TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean|lean_fma (read per
 // call, for A/B in benchmarks), else the one-row default.
 AdaLnRows resolve_rows(AdaLnRows v) {
   if (v != AdaLnRows::Auto) return v;
@@ -138,6 +138,7 @@ AdaLnRows resolve_rows(AdaLnRows v) {
   if (e != nullptr && std::strcmp(e, "cta64") == 0) return AdaLnRows::Cta64;
   if (e != nullptr && std::strcmp(e, "cta128") == 0) return AdaLnRows::Cta128;
   if (e != nullptr && std::strcmp(e, "lean") == 0) return AdaLnRows::Lean;
+  if (e != nullptr && std::strcmp(e, "lean_fma") == 0) return AdaLnRows::LeanFma;
   return AdaLnRows::One;
 }
 
@@ -202,7 +203,8 @@ Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,
     return act_type_dispatch(y_type, [&](auto yt) {
       using YT = typename decltype(yt)::type;
       if (two_rows) return launch_two_rows<XT, YT>(a, plan, cs);
-      if (variant == AdaLnRows::Lean) return launch_norm_lean<LeanOp::AdaLn, XT, YT>(a, plan, cs);
+      if (variant == AdaLnRows::Lean || variant == AdaLnRows::LeanFma)
+        return launch_norm_lean<LeanOp::AdaLn, XT, YT>(a, plan, cs, variant == AdaLnRows::LeanFma);
       return launch_norm_rows<NormKind::Layer, false, XT, XT, YT>(a, plan, cs);
     });
   });

@@ -35,10 +35,13 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
 //         for rows of <= 32 threads (1536), per-warp statistics merged
 //         (fp32 rounding apart) for wider rows. Predicted 83.2/85.6% ->
 //         ~93/95% of copy at 32760x1536 / 75600x5120.
-//   Auto  TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean if set, else One.
+//   LeanFma  Lean with o * (1 + scale) + shift as one FFMA (1536 / 5120,
+//         x and y of one type; else Lean): not the default's bits, one
+//         instruction per element fewer (NormRowsKernel::LeanFma).
+//   Auto  TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean|lean_fma if set, else One.
 // (A persistent warp-team variant, Teams, measured 76-77% of copy against
 // One's 83-86% on the H200 on 2026-11-30 and was removed.)
-enum class AdaLnRows { Auto, One, Two, Cta64, Cta128, Lean };
+enum class AdaLnRows { Auto, One, Two, Cta64, Cta128, Lean, LeanFma };
 
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,

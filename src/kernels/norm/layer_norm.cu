@@ -47,7 +47,8 @@ Status layer_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {
       using YT = typename decltype(yt)::type;
-      if (variant == NormRowsKernel::Lean) return launch_norm_lean<LeanOp::Layer, XT, YT>(a, plan, cs);
+      if (variant == NormRowsKernel::Lean || variant == NormRowsKernel::LeanFma)
+        return launch_norm_lean<LeanOp::Layer, XT, YT>(a, plan, cs, variant == NormRowsKernel::LeanFma);
       return launch_norm_rows<NormKind::Layer, false, XT, XT, YT>(a, plan, cs);
     });
   });

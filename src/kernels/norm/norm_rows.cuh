@@ -250,7 +250,7 @@ Status launch_norm_rows(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t
   return launch_status();
 }
 
-// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=cta64|cta128|lean (read per call,
+// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=cta64|cta128|lean|lean_fma (read per call,
 // for A/B in benchmarks), else Rows.
 inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
   if (k != NormRowsKernel::Auto) return k;
@@ -259,6 +259,7 @@ inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
   if (std::strcmp(e, "cta64") == 0) return NormRowsKernel::Cta64;
   if (std::strcmp(e, "cta128") == 0) return NormRowsKernel::Cta128;
   if (std::strcmp(e, "lean") == 0) return NormRowsKernel::Lean;
+  if (std::strcmp(e, "lean_fma") == 0) return NormRowsKernel::LeanFma;
   return NormRowsKernel::Rows;
 }
 

@@ -27,13 +27,18 @@
 //          measured with no_allocate loads: 85.6/93.0%, rms 88.8/92.9%).
 //   (Lean2, two rows per warp at 1536, measured 76.8-87.4% of copy there
 //          against Lean's 84.4-88.8% on the H200 on 2026-11-30: removed.)
-//   Auto   TURBODIFF_NORM_KERNEL=cta64|cta128|lean if set (read per call), else Rows.
+//   LeanFma  Lean with o * w + b as one FFMA (rows of 1536 / 5120, x and y
+//          of one type; else Lean): one instruction per element fewer, one
+//          rounding instead of two (not the default's bits; within the
+//          tests' tolerance). Predicted +1-2% of copy over Lean for
+//          layer_norm (adaln: o * (1 + scale) + shift likewise, +2-4%).
+//   Auto   TURBODIFF_NORM_KERNEL=cta64|cta128|lean|lean_fma if set (read per call), else Rows.
 // (A persistent warp-team variant, Teams, measured 75-83% of copy against
 // the row engine's 83-97% on the H200 on 2026-11-30 and was removed.)
 #pragma once
 
 namespace td::kernels {
 
-enum class NormRowsKernel { Auto, Rows, Cta64, Cta128, Lean };
+enum class NormRowsKernel { Auto, Rows, Cta64, Cta128, Lean, LeanFma };
 
 }  // namespace td::kernels

@@ -50,7 +50,8 @@ Status rms_norm_cuda(const void* x, ElemType x_type, int64_t x_stride,
     using XT = typename decltype(xt)::type;
     return act_type_dispatch(y_type, [&](auto yt) {
       using YT = typename decltype(yt)::type;
-      if (variant == NormRowsKernel::Lean) return launch_norm_lean<LeanOp::Rms, XT, YT>(a, plan, cs);
+      if (variant == NormRowsKernel::Lean || variant == NormRowsKernel::LeanFma)
+        return launch_norm_lean<LeanOp::Rms, XT, YT>(a, plan, cs, variant == NormRowsKernel::LeanFma);
       return launch_norm_rows<NormKind::Rms, false, XT, XT, YT>(a, plan, cs);
     });
   });
