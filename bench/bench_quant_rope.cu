@@ -121,31 +121,25 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         check(quantize_per_row_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_per_row_cuda");
       }, stream),
       quant_bytes + 4.0 * double(M), copy_gbps);
-  // Every rows-per-CTA variant side by side: ln_mod_quant_token128 is the
-  // default (one row per CTA), _rows2 / _rows4 / _teams / _warps the LnQuantTokenRows variants.
-  // _warps (WarpRows: a row per warp, bit-identical to the default), predicted
-  // from ~16 (1536) / ~19.5 (5120) instructions per element (SASS) against ~34.6
-  // measured for the default: HBM-bound, 88-93% of copy at 32760x1536 and
-  // 85-92% at 75600x5120 (default 58.7% / 57.9%). _warps_pf (persistent,
-  // next row in flight; 1536 only, 5120 runs _warps): 90-94% at 1536.
-  // _warps_lean (28 warps per SM instead of 20, ~18.5 instructions per
-  // element; 1536 only, 5120 runs _warps): 90-95% at 1536.
+  // Every token128 variant side by side: ln_mod_quant_token128 is the
+  // one-row kernel (Auto above dim 2048), _warps / _warps_lean / _pairs /
+  // _pairs_reload the LnQuantTokenRows variants (_warps_lean: Auto up to
+  // 2048). _warps (WarpRows: a row per warp, bit-identical to the default),
+  // predicted from ~16 (1536) / ~19.5 (5120) instructions per element (SASS)
+  // against ~34.6 measured for the default: 88-93% / 85-92% of copy;
+  // measured 66-67% / 57%. _warps_lean (28 warps per SM; 1536 only, 5120
+  // runs _warps): predicted 90-95% at 1536, measured 67.6%. (_rows2, _rows4,
+  // _teams and _warps_pf measured slower and were removed.)
   // _pairs (PairRows: a team owns two rows, the fp32 shift/scale read once
   // for both in whole 128-byte lines; not bit-identical): predicted 85-93%
   // of copy at 32760x1536 and 82-92% at 75600x5120 (measured on the H200
   // 2026-11-30: 73.5% / 61.8%, latency-bound at 16 warps per SM).
-  // _pairs_reload (x blocks loaded again for y, 85 registers, 24 warps per
+  // _pairs_reload (x blocks loaded again for y, 80 registers, 24 warps per
   // SM): predicted 82-90% / 70-80%; measured 74.6% / 65.2%.
-  for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::Two, LnQuantTokenRows::Four,
-                             LnQuantTokenRows::WarpTeams, LnQuantTokenRows::WarpRows,
-                             LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean,
+  for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsLean,
                              LnQuantTokenRows::PairRows, LnQuantTokenRows::PairRowsReload}) {
-    const char* key = v == LnQuantTokenRows::One         ? "ln_mod_quant_token128"
-                      : v == LnQuantTokenRows::Two       ? "ln_mod_quant_token128_rows2"
-                      : v == LnQuantTokenRows::Four      ? "ln_mod_quant_token128_rows4"
-                      : v == LnQuantTokenRows::WarpTeams ? "ln_mod_quant_token128_teams"
-                      : v == LnQuantTokenRows::WarpRows  ? "ln_mod_quant_token128_warps"
-                      : v == LnQuantTokenRows::WarpRowsPrefetch ? "ln_mod_quant_token128_warps_pf"
+    const char* key = v == LnQuantTokenRows::One                ? "ln_mod_quant_token128"
+                      : v == LnQuantTokenRows::WarpRows         ? "ln_mod_quant_token128_warps"
                       : v == LnQuantTokenRows::WarpRowsLean     ? "ln_mod_quant_token128_warps_lean"
                       : v == LnQuantTokenRows::PairRows         ? "ln_mod_quant_token128_pairs"
                                                                 : "ln_mod_quant_token128_pairs_reload";

@@ -415,14 +415,10 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                   LnQuantTokenRows token_rows = LnQuantTokenRows::One) {
   TD_REQUIRE_GPU();
   const std::string name = std::string("ln_modulate_quant ") + fmt_name(f) +
-                           (f == Fmt::Token128 ? (token_rows == LnQuantTokenRows::Two         ? " 2 rows/CTA"
-                                                  : token_rows == LnQuantTokenRows::Four      ? " 4 rows/CTA"
-                                                  : token_rows == LnQuantTokenRows::WarpTeams ? " warp teams"
-                                                  : token_rows == LnQuantTokenRows::WarpRows  ? " warp rows"
-                                                  : token_rows == LnQuantTokenRows::WarpRowsPrefetch
-                                                      ? " warp rows prefetch"
+                           (f == Fmt::Token128 ? (token_rows == LnQuantTokenRows::WarpRows    ? " warp rows"
                                                   : token_rows == LnQuantTokenRows::WarpRowsLean ? " warp rows lean"
                                                   : token_rows == LnQuantTokenRows::PairRows     ? " pair rows"
+                                                  : token_rows == LnQuantTokenRows::PairRowsReload ? " pair rows reload"
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
@@ -450,36 +446,6 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
 }
 
 TEST(LnModulateQuantGpu, Token128AgainstReference) { check_ln_fmt(Fmt::Token128); }
-// The multi-row token128 variants (LnQuantTokenRows): same cases, including
-// samples that change inside a CTA's rows (rows_per_batch 111, 43, 65) and
-// row counts that are not multiples of 2 or 4.
-TEST(LnModulateQuantGpu, Token128TwoRowsAgainstReference) {
-  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Two);
-}
-TEST(LnModulateQuantGpu, Token128FourRowsAgainstReference) {
-  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Four);
-}
-// The persistent warp-team token128 variant (LnQuantTokenRows::WarpTeams):
-// the cases above (1-warp teams at 64, 200, 1000, 1536; 2 warps at 4096; 4 at
-// 5120; samples changing inside a CTA's run of rows, so rows whose
-// parameters come from global memory rather than the staged copy), plus the
-// widest rows it takes (6144: 4 warps x 6 packs, 48 KB of staged
-// parameters), 3072 (2 warps x 6), a 2-row sample split over many CTAs, and
-// 8960 (wider than it takes: the one-row kernel runs). Same bars as the
-// default: the variant sums the statistics in another order.
-TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
-  TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
-  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::WarpTeams);
-  constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2}, {19, 8960, 7}};
-  for (ElemType t : kActTypes)
-    for (const LnCase& lc : kExtra) {
-      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-      check_ln(Fmt::Token128, p,
-               std::string("ln_modulate_quant token128 warp teams ") + type_name(t) + " " + std::to_string(lc.rows) +
-                   "x" + std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
-               LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::WarpTeams);
-    }
-}
 // The warp-per-row token128 variant (LnQuantTokenRows::WarpRows): the cases
 // above (plans of 1 warp at 64, 200, 1000; 2 at 1536; 4 at 4096; 5 at 5120:
 // rows that fill every slot and rows that do not; samples changing inside a
@@ -488,14 +454,12 @@ TEST(LnModulateQuantGpu, Token128WarpTeamsAgainstReference) {
 // plan; fp32 3072/4096/5120: the raw row exceeds 80 registers; 8960), which
 // run the one-row kernel. Same bars as the default; bit-identity with the
 // default is checked by the next test.
-// WarpRowsPrefetch (persistent, next row in flight) and WarpRowsLean (72
-// registers) take the same cases: they run at 1536 in 16-bit types (1001 x
-// 1536 and 32760 x 1536: several rows per warp; 1 and 3 x 1536: fewer rows
-// than warps), WarpRows elsewhere.
+// WarpRowsLean (72 registers) takes the same cases: it runs at 1536 in
+// 16-bit types (1001 x 1536 and 32760 x 1536: several rows per warp; 1 and
+// 3 x 1536: fewer rows than warps), WarpRows elsewhere.
 TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
   TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
-  for (LnQuantTokenRows v :
-       {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean}) {
+  for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsLean}) {
     check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, v);
     constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2},
                                  {19, 8960, 7},  {5, 5120, 3},   {3, 1536, 1}};
@@ -504,9 +468,7 @@ TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
         const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
         check_ln(Fmt::Token128, p,
                  std::string("ln_modulate_quant token128 warp rows") +
-                     (v == LnQuantTokenRows::WarpRowsPrefetch ? " prefetch "
-                      : v == LnQuantTokenRows::WarpRowsLean   ? " lean "
-                                                              : " ") +
+                     (v == LnQuantTokenRows::WarpRowsLean ? " lean " : " ") +
                      type_name(t) + " " +
                      std::to_string(lc.rows) + "x" + std::to_string(lc.dim) + " per batch " +
                      std::to_string(lc.rows_per_batch),
@@ -546,11 +508,8 @@ TEST(LnModulateQuantGpu, Token128WarpRowsBitIdenticalToOne) {
   TD_REQUIRE_GPU();
   constexpr LnCase kCases[] = {{37, 64, 37},    {129, 200, 43},  {333, 1000, 111}, {1001, 1536, 2},  {3, 1536, 1},
                                {45, 3072, 45},  {300, 4096, 300}, {130, 5120, 65},  {1000, 5120, 500}, {77, 6144, 20}};
-  for (LnQuantTokenRows v :
-       {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsPrefetch, LnQuantTokenRows::WarpRowsLean}) {
-    const std::string name = v == LnQuantTokenRows::WarpRows           ? "warp rows"
-                             : v == LnQuantTokenRows::WarpRowsPrefetch ? "warp rows prefetch"
-                                                                       : "warp rows lean";
+  for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsLean}) {
+    const std::string name = v == LnQuantTokenRows::WarpRows ? "warp rows" : "warp rows lean";
     for (ElemType t : kActTypes)
       for (const LnCase& lc : kCases) {
         const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);

@@ -150,438 +150,11 @@ __global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_kernel(L
   }
 }
 
-// LnQuantTokenRows::Two / ::Four (variants beside the kernel above, same
-// arithmetic and reduction order, so bit-identical results): a CTA owns R
-// consecutive rows, each thread the same columns of all R. A thread issues
-// the loads of all R rows first (R x the bytes in flight per CTA), the R
-// rows' sums go through one shared-memory exchange and one barrier per
-// statistic (instead of R), and each pack's fp32 shift/scale (16 bytes of
-// parameters per 2 bytes of bf16 x, read from L1 once per row in the
-// one-row kernel: ~8x the L1 traffic of x) is loaded once for the R rows
-// while they belong to the same sample. The sample index uses a 32-bit
-// division when it fits.
-// Predicted: the one-row kernel is bound by L1 requests (parameters) and
-// per-row barriers, not HBM (57-59% of copy); R = 2 halves the parameter
-// traffic and the barriers, R = 4 quarters them: ~75-90% of copy.
-template <int R>
-__device__ __forceinline__ void rows_sum(float (&v)[R], float (*partials)[kMaxRowThreads / 32], int threads) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) v[i] = warp_sum(v[i]);
-  const int nwarps = threads >> 5;
-  if (nwarps == 1) return;
-  const int warp = int(threadIdx.x >> 5);
-  if ((threadIdx.x & 31u) == 0) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) partials[i][warp] = v[i];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    float total = 0.f;
-    for (int w = 0; w < nwarps; ++w) total += partials[i][w];  // group_sum's order
-    v[i] = total;
-  }
-}
-
-template <typename T, int V, int R>
-__global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_rows_kernel(LnArgs a) {
-  __shared__ float red[2][R][kMaxRowThreads / 32];
-  const int t = int(threadIdx.x), threads = int(blockDim.x);
-  const int64_t r0 = int64_t(blockIdx.x) * R;
-  const int packs = a.dim / 8;
-
-  Pack8<T> raw[R][V];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const bool row_ok = r0 + i < a.rows;
-    const T* xrow = static_cast<const T*>(a.x) + (r0 + i) * a.ld_x;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int p = t + j * threads;
-      raw[i][j] = row_ok && p < packs ? load_pack(xrow + p * 8) : zero_pack<T>();
-    }
-  }
-  // Statistics as row_stats computes them, for R rows at once.
-  float mean[R], rstd[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      float f[8];
-      unpack(raw[i][j], f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s += f[e];
-    }
-    mean[i] = s;
-  }
-  rows_sum<R>(mean, red[0], threads);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    mean[i] = mean[i] / float(a.dim);
-    float c = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      if (t + j * threads < packs) {
-        float f[8];
-        unpack(raw[i][j], f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float d = f[e] - mean[i];
-          c = fmaf(d, d, c);
-        }
-      }
-    }
-    rstd[i] = c;
-  }
-  rows_sum<R>(rstd, red[1], threads);
-#pragma unroll
-  for (int i = 0; i < R; ++i) rstd[i] = __fdiv_rn(1.f, __fsqrt_rn(rstd[i] / float(a.dim) + a.eps));
-
-  // Sample of each row (rows past the end: any valid sample, nothing is stored).
-  int64_t sample[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int64_t r = r0 + i < a.rows ? r0 + i : a.rows - 1;
-    sample[i] = (r <= int64_t(UINT32_MAX) && a.rows_per_batch <= int64_t(UINT32_MAX))
-                    ? int64_t(uint32_t(r) / uint32_t(a.rows_per_batch))
-                    : r / a.rows_per_batch;
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int p = t + j * threads;
-    const bool valid = p < packs;
-    float sh[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      if (valid && (i == 0 || sample[i] != sample[i - 1])) {
-        load_params8(a.shift + sample[i] * a.ld_mod + p * 8, sh);
-        load_params8(a.scale + sample[i] * a.ld_mod + p * 8, sc);
-      }
-      float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (valid) {
-        float f[8];
-        unpack(raw[i][j], f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) y[e] = fmaf((f[e] - mean[i]) * rstd[i], 1.f + sc[e], sh[e]);
-      }
-      const float amax = group_max<16>(absmax8(y));  // every lane takes part
-      const QuantParams qp = symmetric_params_dev(amax);
-      const int64_t r = r0 + i;
-      if (valid && r < a.rows) {
-        store_codes(a.q + r * a.ld_q + p * 8, quantize8(y, qp.inv), 8, true);
-        if ((t & 15) == 0) a.scales[int64_t(p >> 4) * a.ld_scales + r] = qp.scale;
-      }
-    }
-  }
-}
-
-// LnQuantTokenRows::WarpTeams (variant beside the kernels above): a
-// persistent kernel built to cut instructions per byte, the profile having
-// shown the one-row kernel issue-bound (80% of issue slots at 2.1 TB/s, ~37
-// instructions per element where HBM speed leaves ~26 at 100% issue).
-//  * A row belongs to a team of 1, 2 or 4 warps (1536: 1 warp x 6 packs per
-//    lane; 5120: 4 x 5; 4096: 2 x 8); a 256-thread CTA runs 8 / team_warps
-//    teams over a contiguous run of rows, the grid one whole wave
-//    (SMs x resident CTAs), so per-CTA setup is paid once per ~60 rows.
-//  * The CTA's sample's 1 + scale and shift (fp32, 8 bytes per column) are
-//    staged once in shared memory (16-byte LDS instead of per-row __ldg
-//    through L1 plus the 1 + scale add per element); a row of another sample
-//    (only in a CTA whose run of rows crosses a sample boundary) reads them
-//    from global memory as the default kernel does.
-//  * Statistics: the exact two-pass (centered) variance inside a warp by
-//    shuffles; a multi-warp team combines the warps' (sum, M2) once through
-//    shared memory with Chan's formula, M2 = sum_w M2_w + n_w (mean_w -
-//    mean)^2 (one named barrier per row instead of two).
-//  * Quantization parameters: after the group amax (4 xor shuffles per
-//    slot), lane j of a half-warp computes the two IEEE divisions of slot j
-//    only, and the inverse goes back by one shuffle per slot: one division
-//    pair per lane per row instead of one per slot (each division is a
-//    ~10-instruction sequence: ~2.5 instructions per element in the default).
-//  * The next row's 16-byte loads are issued before the current row is
-//    processed (2 rows of x in flight per team: ~96 KB per SM at 1536).
-// Arithmetic per element as in the default kernel (same y formula, codes by
-// cvt.rni.sat.s8 of one rounded product, scales from the same IEEE
-// divisions); only the order of the statistics' sums differs, so mean/rstd
-// (and through them y) may differ by an ulp: codes +-1 near ties, within the
-// existing LnModulateQuantGpu tolerances (not bit-identical to the default).
-// Counted per bf16 element: unpack 1, sum 1, centered square 2, modulate 3,
-// |y| max 1, group max 1, product + cvt 2, byte packing 0.75, LDS of the
-// parameters 0.5, LDG/STG 0.25, per-row statistics / divisions / loop
-// ~1.5: ~14 instructions per element against ~26 available at 4 TB/s
-// (3 bytes per element, 132 SMs, 4 issue slots per clock), i.e. ~55% issue.
-// Predicted: HBM-bound, 88-93% of copy at both Wan shapes (from 59-60%).
-constexpr int kTeamCtaThreads = 256;
-constexpr int kTeamMaxWarps = 4;
-constexpr int kTeamMaxDim = 6144;  // 2 x (<= 768 slots x 8) fp32 parameters in shared memory: <= 48 KB
-constexpr int kTeamSmemOptIn = 64 * 1024;
-
+// Sample index of row r: a 32-bit division where the values fit.
 __device__ __forceinline__ int64_t sample_of(int64_t r, int64_t rows_per_batch) {
   return (r <= int64_t(UINT32_MAX) && rows_per_batch <= int64_t(UINT32_MAX))
              ? int64_t(uint32_t(r) / uint32_t(rows_per_batch))
              : r / rows_per_batch;
-}
-
-// Elements of warp w of a team of `threads` (pack p = t + j * threads).
-template <int V>
-__device__ __forceinline__ int team_warp_elems(int w, int threads, int packs) {
-  int n = 0;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int left = packs - (w * 32 + j * threads);
-    n += left <= 0 ? 0 : (left > 32 ? 32 : left);
-  }
-  return 8 * n;
-}
-
-// y of a team row in place of f, and each slot's group amax; parameters of
-// pack p from shared memory (the CTA's sample) or, kShared false, from global
-// memory as the default kernel reads them.
-template <bool kShared, int V>
-__device__ __forceinline__ void team_modulate(float (&f)[V][8], float (&amax)[V], float mean, float rstd, int t,
-                                              int threads, int packs, const float* sc1_s, const float* sh_s,
-                                              const float* scale_g, const float* shift_g) {
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int p = t + j * threads;
-    float m = 0.f;
-    // Shared parameters are zero past the row: y = fma(., 0, 0) = 0 there, no test needed.
-    if (kShared || p < packs) {
-      float sc1[8], sh[8];
-      if constexpr (kShared) {
-        const float4 s0 = reinterpret_cast<const float4*>(sc1_s + p * 8)[0];
-        const float4 s1 = reinterpret_cast<const float4*>(sc1_s + p * 8)[1];
-        const float4 h0 = reinterpret_cast<const float4*>(sh_s + p * 8)[0];
-        const float4 h1 = reinterpret_cast<const float4*>(sh_s + p * 8)[1];
-        sc1[0] = s0.x, sc1[1] = s0.y, sc1[2] = s0.z, sc1[3] = s0.w, sc1[4] = s1.x, sc1[5] = s1.y, sc1[6] = s1.z,
-        sc1[7] = s1.w;
-        sh[0] = h0.x, sh[1] = h0.y, sh[2] = h0.z, sh[3] = h0.w, sh[4] = h1.x, sh[5] = h1.y, sh[6] = h1.z,
-        sh[7] = h1.w;
-      } else {
-        load_params8(scale_g + p * 8, sc1);
-        load_params8(shift_g + p * 8, sh);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sc1[e] = 1.f + sc1[e];
-      }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        f[j][e] = fmaf((f[j][e] - mean) * rstd, sc1[e], sh[e]);
-        m = fmaxf(m, fabsf(f[j][e]));
-      }
-    }
-    amax[j] = group_max<16>(m);  // every lane takes part
-  }
-}
-
-// kMultiWarp: teams of 2 or 4 warps (team_warps; 1 when false, compiled
-// without the shared-memory exchange).
-template <typename T, int V, bool kMultiWarp>
-__global__ void __launch_bounds__(kTeamCtaThreads, 2)
-    ln_mod_quant_token128_team_kernel(LnArgs a, int team_warps_arg, int64_t rows_per_cta) {
-  const int team_warps = kMultiWarp ? team_warps_arg : 1;
-  const int slots = 32 * team_warps * V;  // pack slots of a team; parameters zero-padded to slots * 8
-  extern __shared__ float4 team_param_words[];
-  float* const sc1_s = reinterpret_cast<float*>(team_param_words);  // 1 + scale of the CTA's sample
-  float* const sh_s = sc1_s + slots * 8;                             // shift of the CTA's sample
-  __shared__ float2 partials[2][kTeamCtaThreads / 32];               // (sum, M2) per warp, by row parity
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31u), lane16 = lane & 15;
-  const int threads = team_warps * 32, teams = kTeamCtaThreads / threads;
-  const int team = warp / team_warps, wt = warp % team_warps, t = wt * 32 + lane;
-  const int first_warp = team * team_warps;
-  const int packs = a.dim / 8;
-  const int64_t r_begin = int64_t(blockIdx.x) * rows_per_cta;
-  if (r_begin >= a.rows) return;  // uniform over the CTA, before any barrier
-  const int64_t r_end = a.rows - r_begin < rows_per_cta ? a.rows : r_begin + rows_per_cta;
-  const int64_t cta_sample = sample_of(r_begin, a.rows_per_batch);
-  {
-    const float4* sc = reinterpret_cast<const float4*>(a.scale + cta_sample * a.ld_mod);
-    const float4* sh = reinterpret_cast<const float4*>(a.shift + cta_sample * a.ld_mod);
-    for (int i = int(threadIdx.x); i < a.dim / 4; i += kTeamCtaThreads) {
-      float4 v = __ldg(sc + i);
-      v.x = 1.f + v.x, v.y = 1.f + v.y, v.z = 1.f + v.z, v.w = 1.f + v.w;  // the default's 1.f + sc, rounded once
-      reinterpret_cast<float4*>(sc1_s)[i] = v;
-      reinterpret_cast<float4*>(sh_s)[i] = __ldg(sh + i);
-    }
-    for (int i = a.dim / 4 + int(threadIdx.x); i < slots * 2; i += kTeamCtaThreads)
-      reinterpret_cast<float4*>(sc1_s)[i] = reinterpret_cast<float4*>(sh_s)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  __syncthreads();
-  const int my_elems = team_warp_elems<V>(wt, threads, packs);
-  const T* const x = static_cast<const T*>(a.x);
-
-  Pack8<T> next[V];
-  auto load_row = [&](int64_t r) {
-    const T* xr = x + r * a.ld_x;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int p = t + j * threads;
-      next[j] = p < packs ? load_pack(xr + p * 8) : zero_pack<T>();
-    }
-  };
-  // The next row's loads go out before this row is processed only where the
-  // registers allow it without spilling under the 128-register cap (<= 4
-  // 16-byte words per lane: not at Wan's 1536 (6 words) or 5120 (5 words)
-  // bf16 rows; there 16 resident warps per SM, each with 3 KB (1536) or
-  // 2.5 KB (5120) of loads per row, cover the latency: ~670 issue cycles of
-  // work per row and warp against ~1270 cycles per row and scheduler at
-  // 4 TB/s, so 4 warps per scheduler hide ~3000 cycles of load latency).
-  constexpr bool kPrefetch = V * Pack8<T>::kWords <= 4;
-  int64_t r = r_begin + team;
-  if (kPrefetch && r < r_end) load_row(r);
-#pragma unroll 1  // one row at a time: unrolled, two rows' registers would spill
-  for (int parity = 0; r < r_end; r += teams, parity ^= 1) {
-    if (!kPrefetch) load_row(r);
-    float f[V][8];
-#pragma unroll
-    for (int j = 0; j < V; ++j) unpack(next[j], f[j]);     // invalid packs are zeros
-    if (kPrefetch && r + teams < r_end) load_row(r + teams);  // in flight while this row is processed
-
-    // Statistics.
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s += f[j][e];
-    s = warp_sum(s);
-    const float warp_mean = my_elems > 0 ? __fdiv_rn(s, float(my_elems)) : 0.f;
-    float m2 = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      float pm = 0.f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float d = f[j][e] - warp_mean;
-        pm = fmaf(d, d, pm);
-      }
-      m2 += t + j * threads < packs ? pm : 0.f;  // one select per pack, not a branch
-    }
-    m2 = warp_sum(m2);
-    float mean, var;
-    if (!kMultiWarp) {
-      mean = warp_mean;  // s / dim: the warp holds the whole row
-      var = m2 / float(a.dim);
-    } else {
-      if (lane == 0) partials[parity][warp] = make_float2(s, m2);
-      asm volatile("bar.sync %0, %1;" ::"r"(team + 1), "r"(threads) : "memory");
-      float2 pw[kTeamMaxWarps];
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kTeamMaxWarps; ++w)
-        if (w < team_warps) pw[w] = partials[parity][first_warp + w], total += pw[w].x;
-      mean = total / float(a.dim);
-      float m2_all = 0.f;
-#pragma unroll
-      for (int w = 0; w < kTeamMaxWarps; ++w) {
-        if (w < team_warps) {
-          const int n = team_warp_elems<V>(w, threads, packs);
-          if (n > 0) {
-            const float d = __fdiv_rn(pw[w].x, float(n)) - mean;
-            m2_all += fmaf(float(n) * d, d, pw[w].y);
-          }
-        }
-      }
-      var = m2_all / float(a.dim);
-    }
-    const float rstd = __fdiv_rn(1.f, __fsqrt_rn(var + a.eps));
-
-    // y in place of f, and the |y| maximum of each slot's 128-column group.
-    const int64_t b = sample_of(r, a.rows_per_batch);
-    float amax[V];
-    if (b == cta_sample)
-      team_modulate<true, V>(f, amax, mean, rstd, t, threads, packs, sc1_s, sh_s, nullptr, nullptr);
-    else
-      team_modulate<false, V>(f, amax, mean, rstd, t, threads, packs, nullptr, nullptr,
-                                     a.scale + b * a.ld_mod, a.shift + b * a.ld_mod);
-    // Lane j of each half-warp derives slot j's parameters; one shuffle per slot brings inv back.
-    float my_amax = amax[0];
-#pragma unroll
-    for (int j = 1; j < V; ++j)
-      if (lane16 == j) my_amax = amax[j];
-    const QuantParams qp = symmetric_params_dev(my_amax);
-    int8_t* const qrow = a.q + r * a.ld_q;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float inv = __shfl_sync(0xffffffffu, qp.inv, (lane & 16) | j);
-      const int p = t + j * threads;
-      if (p < packs) *reinterpret_cast<uint2*>(qrow + p * 8) = quantize8_prmt(f[j], inv);
-    }
-    if (lane16 < V) {
-      const int p0 = (t & ~15) + lane16 * threads;  // first pack of this lane's slot's group
-      if (p0 < packs) a.scales[int64_t(p0 >> 4) * a.ld_scales + r] = qp.scale;
-    }
-  }
-}
-
-// Team shape of the WarpTeams kernel for rows of `packs` packs: team_warps
-// in {1, 2, 4} and packs per lane in {2, .., 6} (V = 8 spills under the
-// 128-register cap and is never needed: dim <= 6144 fits 4 warps x 6), fewest
-// idle slots first, then (16-bit) fewer warps per team (no barrier) or (fp32,
-// 8 registers per pack) smaller V. Returns packs_per_thread == 0 where no
-// team fits (the caller runs the default kernel).
-RowPlan plan_team(int packs, bool f32) {
-  static constexpr int kVs[] = {2, 3, 4, 5, 6};
-  RowPlan best;
-  int best_idle = -1;
-  for (int tw : {1, 2, 4}) {
-    for (int v : kVs) {
-      if (f32 && v > 5) continue;
-      const int slots = 32 * tw * v;
-      if (slots < packs) continue;
-      const int idle = slots - packs;
-      const bool better = best_idle < 0 || idle < best_idle ||
-                          (idle == best_idle && f32 && v < best.packs_per_thread);
-      if (better) best_idle = idle, best.packs_per_thread = v, best.threads = 32 * tw;
-      break;  // the smallest V that fits this team size
-    }
-  }
-  return best;
-}
-
-// Resident CTAs per SM x SMs for a team kernel (one whole wave), cached per
-// (device, kernel, shared memory): a launch must not pay for the query.
-int team_grid_limit(const void* kernel, size_t smem) {
-  struct Entry {
-    const void* kernel;
-    int dev;
-    size_t smem;
-    int ctas;
-  };
-  static std::mutex mu;
-  static Entry cache[32];
-  static int used = 0;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < used; ++i)
-    if (cache[i].kernel == kernel && cache[i].dev == dev && cache[i].smem == smem) return cache[i].ctas;
-  int sms = 0, per_sm = 0;
-  // One fixed opt-in for every launch of the kernel (a team kernel runs with
-  // 2 or 4 warps, i.e. two sizes): above 48 KB of dynamic + static shared memory.
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTeamSmemOptIn) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTeamCtaThreads, smem) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  const int ctas = sms * (per_sm < 1 ? 1 : per_sm);
-  if (used < int(sizeof(cache) / sizeof(cache[0]))) cache[used++] = Entry{kernel, dev, smem, ctas};
-  return ctas;
-}
-
-template <typename T, int V>
-Status launch_token128_team(const LnArgs& a, int team_warps, cudaStream_t s) {
-  auto kernel = team_warps > 1 ? ln_mod_quant_token128_team_kernel<T, V, true>
-                               : ln_mod_quant_token128_team_kernel<T, V, false>;
-  const size_t smem = size_t(2) * size_t(32 * team_warps * V * 8) * sizeof(float);
-  const int limit = team_grid_limit(reinterpret_cast<const void*>(kernel), smem);
-  if (limit <= 0) return Status::LaunchFailed;
-  const int64_t teams = kTeamCtaThreads / (32 * team_warps);
-  int64_t ctas = (a.rows + teams - 1) / teams;
-  if (ctas > limit) ctas = limit;
-  const int64_t rows_per_cta = (a.rows + ctas - 1) / ctas;
-  ctas = (a.rows + rows_per_cta - 1) / rows_per_cta;
-  kernel<<<unsigned(ctas), kTeamCtaThreads, smem, s>>>(a, team_warps, rows_per_cta);
-  return launch_status();
 }
 
 // LnQuantTokenRows::WarpRows (variant beside the kernels above): a row per
@@ -651,9 +224,9 @@ __device__ __forceinline__ void warp_row_load(const LnArgs& a, int64_t r, Pack8<
 }
 
 // Statistics, y, codes and scales of row r held in raw (kHold: see above;
-// the prefetching kernel passes false, and takes chunks of <= 3 slots (1536:
-// two division pairs per lane instead of one, 24 fp32 y instead of 48), to
-// keep its registers for the next row).
+// the lean kernel passes false, and takes chunks of <= 3 slots (1536: two
+// division pairs per lane instead of one, 24 fp32 y instead of 48), to fit
+// 72 registers).
 template <typename T, int VD, int W, bool kFull, bool kHoldAllowed>
 __device__ __forceinline__ void warp_row_finish(const LnArgs& a, int64_t r, const Pack8<T> (&raw)[VD * W]) {
   constexpr int S = VD * W;
@@ -793,8 +366,9 @@ __global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_
 // parameters in chunks of 3 slots (two division pairs per lane), bounded to
 // 7 CTAs per SM: 72 registers, no spills (8 CTAs = 64 registers spilled 20
 // bytes), 28 warps per SM instead of WarpRows' 20 (96 registers), i.e. 40%
-// more rows of loads in flight, for ~+2.6 instructions per element (~18.5). For the case that WarpRows is latency-bound (the
-// WarpTeams kernel, 16 warps per SM, was: ~30% issue at 58.7% of copy).
+// more rows of loads in flight, for ~+2.6 instructions per element (~18.5),
+// for the case that WarpRows is latency-bound (the removed WarpTeams kernel,
+// 16 warps per SM, was: ~30% issue at 58.7% of copy).
 // Bit-identical to One. Predicted at 32760x1536 bf16: 90-95% of copy.
 template <typename T, int VD, int W>
 __global__ void __launch_bounds__(kWarpRowsCta, 7) ln_mod_quant_token128_warp_rows_lean_kernel(LnArgs a) {
@@ -805,92 +379,25 @@ __global__ void __launch_bounds__(kWarpRowsCta, 7) ln_mod_quant_token128_warp_ro
   warp_row_finish<T, VD, W, true, false>(a, r, raw);
 }
 
-// LnQuantTokenRows::WarpRowsPrefetch: WarpRows made persistent (one wave of
-// 128-thread CTAs, warp g takes rows g, g + warps, ...) with the next row's
-// loads issued before the current row is processed. Why: one-row-per-warp
-// kernels of this size are latency-bound rather than issue-bound (the
-// WarpTeams kernel, ~14 instructions per element, ran at 58.7% of copy with
-// 16 warps per SM: ~4.6 us per row and warp at ~30% issue, i.e. the load
-// latency plus the row's dependent chain (2 shuffle reductions, divisions,
-// group maxima) with nothing else in flight). Here every warp has a row of
-// loads in flight while it computes: the raw row (not the unpacked floats)
-// is kept to pay the second row's registers (1536 bf16: 2 x 24 + work).
-// Rows filling every slot, 16-bit, raw row <= 6 words per lane (bf16 1536;
-// at 8+ words the 96-register bound below spills 116-420 bytes); otherwise
-// WarpRows. Bit-identical to One (same finish).
-// Predicted at 32760x1536 bf16: 90-94% of copy where WarpRows (20 warps per
-// SM, no overlap of a warp's load and compute) might stop at ~80-90%.
-constexpr int kWarpRowsPfMaxWords = 6;
-
-// 5 CTAs per SM (96 registers at 1536 bf16, 4 bytes of spill: 20 warps,
-// each with a row in flight; 104 unbounded would leave 4 CTAs).
-template <typename T, int VD, int W>
-__global__ void __launch_bounds__(kWarpRowsCta, 5) ln_mod_quant_token128_warp_rows_pf_kernel(LnArgs a) {
-  constexpr int S = VD * W;
-  const int64_t warps = int64_t(gridDim.x) * kWarpRowsPerCta;
-  int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
-  if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
-  Pack8<T> next[S];
-  warp_row_load<T, S, true>(a, r, next);
-#pragma unroll 1
-  for (; r < a.rows; r += warps) {
-    Pack8<T> cur[S];
-#pragma unroll
-    for (int s = 0; s < S; ++s) cur[s] = next[s];
-    if (r + warps < a.rows) warp_row_load<T, S, true>(a, r + warps, next);  // in flight during this row
-    warp_row_finish<T, VD, W, true, false>(a, r, cur);
-  }
-}
-
-// Resident 128-thread CTAs per SM x SMs for a persistent kernel, cached per
-// (device, kernel): a launch must not pay for the query.
-int warp_rows_grid_limit(const void* kernel) {
-  struct Entry {
-    const void* kernel;
-    int dev, ctas;
-  };
-  static std::mutex mu;
-  static Entry cache[64];
-  static int used = 0;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < used; ++i)
-    if (cache[i].kernel == kernel && cache[i].dev == dev) return cache[i].ctas;
-  int sms = 0, per_sm = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpRowsCta, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  const int ctas = sms * (per_sm < 1 ? 1 : per_sm);
-  if (used < int(sizeof(cache) / sizeof(cache[0]))) cache[used++] = Entry{kernel, dev, ctas};
-  return ctas;
-}
-
+// Raw row words per lane up to which WarpRowsLean runs (bf16 / fp16 1536:
+// 6; at 8+ words the bounded registers spill). A persistent variant with
+// the next row in flight (WarpRowsPrefetch) measured 64.6-65.8% against
+// lean's 67.4-67.6% on the H200 (2026-11-30) and was removed.
+constexpr int kWarpRowsLeanMaxWords = 6;
 
 // Launches the WarpRows kernel for the default's plan (VD packs x 32W
 // threads) where its raw row fits kWarpRowsMaxWords per lane and W <= 5;
 // Unsupported otherwise (the caller runs the one-row kernel).
 template <typename T, int VD>
-Status launch_token128_warp_rows(const LnArgs& a, int W, bool prefetch, bool lean, cudaStream_t s) {
+Status launch_token128_warp_rows(const LnArgs& a, int W, bool lean, cudaStream_t s) {
   constexpr int kWords = Pack8<T>::kWords;
   const unsigned grid = unsigned((a.rows + kWarpRowsPerCta - 1) / kWarpRowsPerCta);
   auto go = [&](auto wtag) -> Status {
     constexpr int kW = decltype(wtag)::value;
-    if constexpr (sizeof(T) == 2 && VD * kW * kWords <= kWarpRowsPfMaxWords) {
+    if constexpr (sizeof(T) == 2 && VD * kW * kWords <= kWarpRowsLeanMaxWords) {
       if (lean && a.dim == 256 * VD * kW) {
         ln_mod_quant_token128_warp_rows_lean_kernel<T, VD, kW><<<grid, kWarpRowsCta, 0, s>>>(a);
         return launch_status();
-      }
-      if (prefetch && a.dim == 256 * VD * kW) {
-        auto kernel = ln_mod_quant_token128_warp_rows_pf_kernel<T, VD, kW>;
-        const int limit = warp_rows_grid_limit(reinterpret_cast<const void*>(kernel));
-        if (limit > 0) {
-          const unsigned ctas = grid < unsigned(limit) ? grid : unsigned(limit);
-          kernel<<<ctas, kWarpRowsCta, 0, s>>>(a);
-          return launch_status();
-        }
       }
     }
     if constexpr (VD * kW * kWords <= kWarpRowsMaxWords) {
@@ -1221,47 +728,40 @@ Status launch_token128_pairs(const LnArgs& a, bool reload, cudaStream_t s) {
   }
 }
 
-// Rows per CTA that LnQuantTokenRows::Auto means: TURBODIFF_LNQ_TOKEN_ROWS=1|2|4
-// (read per call, for A/B in benchmarks), else WarpRowsLean up to dim 2048 and
-// the one-row kernel above (measured, below);
-// kTeamRows stands for the WarpTeams kernel (TURBODIFF_LNQ_TOKEN_ROWS=teams),
-// kWarpRows for the WarpRows kernel (TURBODIFF_LNQ_TOKEN_ROWS=warps).
-constexpr int kTeamRows = -1;
+// The token128 kernel that LnQuantTokenRows::Auto means:
+// TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload (read per
+// call, for A/B in benchmarks), else WarpRowsLean up to dim 2048 and the
+// one-row kernel above (measured, below). The Two / Four rows-per-CTA
+// kernels (45-53% of copy), the persistent WarpTeams kernel (47.8-58.7%)
+// and WarpRowsPrefetch (64.6-65.8%), all slower than WarpRowsLean / One on
+// the H200 (2026-11-30), were removed.
+constexpr int kOneRow = 1;
 constexpr int kWarpRows = -2;
-constexpr int kWarpRowsPf = -3;    // WarpRowsPrefetch (TURBODIFF_LNQ_TOKEN_ROWS=warps_pf)
 constexpr int kWarpRowsLean = -4;  // WarpRowsLean (TURBODIFF_LNQ_TOKEN_ROWS=warps_lean)
 constexpr int kPairRows = -5;      // PairRows (TURBODIFF_LNQ_TOKEN_ROWS=pairs)
 constexpr int kPairRowsReload = -6;  // PairRowsReload (TURBODIFF_LNQ_TOKEN_ROWS=pairs_reload)
 int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
   switch (v) {
-    case LnQuantTokenRows::One: return 1;
-    case LnQuantTokenRows::Two: return 2;
-    case LnQuantTokenRows::Four: return 4;
-    case LnQuantTokenRows::WarpTeams: return kTeamRows;
+    case LnQuantTokenRows::One: return kOneRow;
     case LnQuantTokenRows::WarpRows: return kWarpRows;
-    case LnQuantTokenRows::WarpRowsPrefetch: return kWarpRowsPf;
     case LnQuantTokenRows::WarpRowsLean: return kWarpRowsLean;
     case LnQuantTokenRows::PairRows: return kPairRows;
     case LnQuantTokenRows::PairRowsReload: return kPairRowsReload;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
-    if (std::strcmp(e, "2") == 0) return 2;
-    if (std::strcmp(e, "4") == 0) return 4;
-    if (std::strcmp(e, "teams") == 0) return kTeamRows;
     if (std::strcmp(e, "warps") == 0) return kWarpRows;
-    if (std::strcmp(e, "warps_pf") == 0) return kWarpRowsPf;
     if (std::strcmp(e, "warps_lean") == 0) return kWarpRowsLean;
     if (std::strcmp(e, "pairs") == 0) return kPairRows;
     if (std::strcmp(e, "pairs_reload") == 0) return kPairRowsReload;
-    if (std::strcmp(e, "1") == 0) return 1;
+    if (std::strcmp(e, "1") == 0) return kOneRow;
   }
   // Measured on the H200 (2026-11-30, bench_quant_rope, fraction of copy):
   // WarpRowsLean 67.6% against the one-row kernel's 59.3% at 32760x1536; at
   // 75600x5120 the one-row kernel is ahead (59.7% against 56.5-57.2% for the
   // WarpRows family). Bit-identical codes and scales; GPU tests passed. Both
   // are below issue 3's 90%.
-  return dim <= 2048 ? kWarpRowsLean : 1;
+  return dim <= 2048 ? kWarpRowsLean : kOneRow;
 }
 
 constexpr int kBlockCtaThreads = 512;
@@ -1567,36 +1067,20 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
   if (plan.threads == 0) return Status::InvalidArgument;
   const int R = resolve_token_rows(rows_per_cta, dim);
   auto s = static_cast<cudaStream_t>(stream);
-  if (R == kTeamRows && dim <= kTeamMaxDim) {
-    const RowPlan team = plan_team(int(dim / 8), x_type == ElemType::F32);
-    if (team.packs_per_thread > 0) {
-      return dispatch_act_type(x_type, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        return dispatch_packs(team.packs_per_thread, [&](auto v) {
-          constexpr int V = decltype(v)::value;
-          if constexpr (V <= 6)
-            return launch_token128_team<T, V>(a, team.threads / 32, s);
-          else
-            return Status::InvalidArgument;  // plan_team never asks for 8
-        });
-      });
-    }
-  }  // wider rows: the one-row kernel below
   if (R == kPairRows || R == kPairRowsReload) {
     const Status st = dispatch_act_type(x_type, [&](auto tag) {
       return launch_token128_pairs<typename decltype(tag)::type>(a, R == kPairRowsReload, s);
     });
     if (st != Status::Unsupported) return st;
   }  // fp32 rows, dims not a multiple of 512, teams of > 8 warps: the one-row kernel below
-  if (R == kWarpRows || R == kWarpRowsPf || R == kWarpRowsLean) {
+  if (R == kWarpRows || R == kWarpRowsLean) {
     // The default's plan fixes the statistics' order (bit-identity); rows
     // whose plan has more than 5 warps or whose raw row would not fit the
     // registers (kWarpRowsMaxWords) run the one-row kernel below.
     const Status st = dispatch_act_type(x_type, [&](auto tag) {
       using T = typename decltype(tag)::type;
       return dispatch_packs(plan.packs_per_thread, [&](auto v) {
-        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, R == kWarpRowsPf,
-                                                                R == kWarpRowsLean, s);
+        return launch_token128_warp_rows<T, decltype(v)::value>(a, plan.threads / 32, R == kWarpRowsLean, s);
       });
     });
     if (st != Status::Unsupported) return st;
@@ -1605,21 +1089,6 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      // R rows x V packs stay in registers: at most 16 uint4 (64 registers)
-      // of rows, else fewer rows per CTA (e.g. fp32 at 1536: Four -> Two).
-      constexpr int W = Pack8<T>::kWords;
-      if constexpr (4 * V * W <= 16) {
-        if (R == 4) {
-          ln_mod_quant_token128_rows_kernel<T, V, 4><<<unsigned((rows + 3) / 4), unsigned(plan.threads), 0, s>>>(a);
-          return launch_status();
-        }
-      }
-      if constexpr (2 * V * W <= 16) {
-        if (R >= 2) {
-          ln_mod_quant_token128_rows_kernel<T, V, 2><<<unsigned((rows + 1) / 2), unsigned(plan.threads), 0, s>>>(a);
-          return launch_status();
-        }
-      }
       ln_mod_quant_token128_kernel<T, V><<<unsigned(rows), unsigned(plan.threads), 0, s>>>(a);
       return launch_status();
     });

@@ -54,27 +54,8 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
                                              float* scales);
 
 #if TURBODIFF_HAVE_CUDA
-// Rows per CTA of the token128 kernel (variants, bit-identical results):
-//   One         one CTA per row (the default);
-//   Two / Four  a CTA owns 2 / 4 consecutive rows, each thread the same
-//               columns of all of them: the fp32 shift/scale of a pack are
-//               read once for those rows, one barrier per statistic for all
-//               (fewer rows per CTA where R rows would take more than 16
-//               16-byte words per thread: e.g. fp32 at dim 1536 runs Four
-//               as Two; Wan's bf16 1536 and 5120 run as asked).
-//               (Candidates for issue 3's bandwidth bar: flip Auto once
-//               measured faster on the H200.)
-//   WarpTeams   a persistent kernel (one wave of 256-thread CTAs, each over
-//               a contiguous run of rows): a row per team of 1, 2 or 4 warps
-//               (1536: 1 warp, 4096: 2, 5120: 4), the CTA's sample's
-//               1 + scale and shift staged once in shared memory, statistics
-//               by shuffles (multi-warp teams: Chan's combination, one named
-//               barrier per row), one quantization-parameter division pair
-//               per lane instead of per group, next row prefetched. Not
-//               bit-identical to One (the statistics' sums run in another
-//               order: codes may move by +-1 near ties, within the tests'
-//               bars). dim > 6144 (the parameters would exceed 48 KB of
-//               shared memory) runs One. Candidate for issue 3's bar.
+// The token128 kernel (variants):
+//   One         one CTA per row (the default above dim 2048).
 //   WarpRows    a row per warp, 4 independent rows per 128-thread CTA (no
 //               barrier), the row in registers once (16-byte loads), the
 //               statistics summed in the default's exact order (per-"thread"
@@ -84,15 +65,10 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               the default's plan has <= 5 warps and the raw row fits 80
 //               registers per lane (16-bit dim <= 5120, fp32 <= 2560), else
 //               One. Candidate for issue 3's bar (layernorm_modulate_quant.cu).
-//   WarpRowsPrefetch  WarpRows made persistent (one wave), the next row's
-//               loads in flight while a row is processed; bit-identical to
-//               One. 16-bit rows that fill every lane's slots with <= 6
-//               16-byte words per lane (bf16/fp16 1536), else WarpRows.
-//   WarpRowsLean  WarpRows traded for occupancy where WarpRowsPrefetch runs
-//               (16-bit 1536): raw row re-unpacked per pass, parameters in
-//               chunks of 3 slots, 72 registers (28 warps per SM instead
+//   WarpRowsLean  WarpRows traded for occupancy for 16-bit rows of <= 6
+//               words per lane that fill every slot (16-bit 1536): raw
+//               row re-unpacked per pass, parameters in chunks of 3 slots, 72 registers (28 warps per SM instead
 //               of 20); bit-identical to One; elsewhere WarpRows.
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|2|4|teams|warps|warps_pf|warps_lean|pairs|pairs_reload if set, else One.
 //   PairRows    a team (1536: one warp; wider rows: 2-8 warps, one per
 //               CTA) owns two consecutive rows, each lane the same columns
 //               of both, so the fp32 shift / scale (the profile's L1-bound
@@ -104,11 +80,13 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               issue 3's bar (layernorm_modulate_quant.cu).
 //   PairRowsReload  PairRows with each 512-column block of x loaded again
 //               (L1 / L2) for y instead of held in registers since the
-//               statistics: 85 registers instead of 128 (24 warps per SM
+//               statistics: 80 registers instead of 128 (24 warps per SM
 //               instead of 16). Same results as PairRows.
-enum class LnQuantTokenRows {
-  Auto, One, Two, Four, WarpTeams, WarpRows, WarpRowsPrefetch, WarpRowsLean, PairRows, PairRowsReload
-};
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload
+//               if set, else WarpRowsLean up to dim 2048, One above.
+//   (Two / Four rows per CTA, WarpTeams and WarpRowsPrefetch measured slower
+//   than WarpRowsLean / One on the H200 and were removed.)
+enum class LnQuantTokenRows { Auto, One, WarpRows, WarpRowsLean, PairRows, PairRowsReload };
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
