@@ -137,8 +137,9 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   // 5120), same run. Predicted first (fraction of copy, 1536 / 5120):
   // layer_norm ~94 / ~96%, adaln_modulate ~93 / ~95%, rms_norm ~94 / ~97.5%;
   // measured with no_allocate loads of x (H200, 2026-11-30): 85.6 / 93.0%,
-  // 84.4 / 82.1%, 88.8 / 92.9%. Now with plain loads, predicted: 1536 +0-3%,
-  // 5120 rms ~97%, layer_norm ~96%, adaln ~87%.
+  // 84.4 / 82.1%, 88.8 / 92.9%; with plain loads and adaln in 56 registers
+  // at 5120 (this version): 86.9-88.4 / 95.6-96.3%, 86.1-87.4 / 96.4-96.7%,
+  // 89.9-90.9 / 96.0-96.8% (norm_lean.cuh has every run).
   record("rms_norm_lean", 4 * E, [&](int i) {
     return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream,
                                       td::kernels::NormRowsKernel::Lean);
@@ -153,7 +154,9 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   });
   // LeanFma: Lean with o * w + b / o * (1 + scale) + shift as one FFMA
   // (not the default's bits). Predicted over Lean: layer_norm +1-2%,
-  // adaln_modulate +2-4% (one instruction per element fewer).
+  // adaln_modulate +2-4% (one instruction per element fewer). Measured
+  // (H200, 2026-11-30): no gain, -0.1 to -1.8% against Lean (adaln at 5120
+  // +2% only while Lean spilled under 48 registers).
   record("layer_norm_lean_fma", 4 * E, [&](int i) {
     return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream,
                                         td::kernels::NormRowsKernel::LeanFma);
