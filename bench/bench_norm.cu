@@ -95,6 +95,8 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   };
   const double E = double(n);
 
+  // The defaults (rms_norm: the row engine; layer_norm, adaln_modulate: Lean)
+  // and the other kernel of each op (norm_variant.h), same run.
   record("rms_norm", 4 * E, [&](int i) {
     return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream);
   });
@@ -103,67 +105,19 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   });
   record("adaln_modulate", 4 * E, [&](int i) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                            rows, dim, eps, stream, td::kernels::AdaLnRows::One);
+                                            rows, dim, eps, stream);
   });
-  // The AdaLnRows::Two variant, side by side with the default above.
-  record("adaln_modulate_rows2", 4 * E, [&](int i) {
-    return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                            rows, dim, eps, stream, td::kernels::AdaLnRows::Two);
-  });
-  // The Cta64 / Cta128 variants (the same kernels with 2 / 4 one-warp rows per
-  // CTA at 1536; as the default at 5120), same run. Predicted at 1536:
-  // layer_norm / rms_norm +1-3% of copy (36 warps per SM instead of 32),
-  // adaln_modulate unchanged (register-bound at ~20 warps); 5120 unchanged.
-  for (auto [k, suffix] : {std::pair{td::kernels::NormRowsKernel::Cta64, "_cta64"},
-                           std::pair{td::kernels::NormRowsKernel::Cta128, "_cta128"}}) {
-    const td::kernels::NormRowsKernel kk = k;
-    record((std::string("rms_norm") + suffix).c_str(), 4 * E, [&](int i) {
-      return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream, kk);
-    });
-    record((std::string("layer_norm") + suffix).c_str(), 4 * E, [&](int i) {
-      return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream, kk);
-    });
-  }
-  for (auto [k, suffix] : {std::pair{td::kernels::AdaLnRows::Cta64, "_cta64"},
-                           std::pair{td::kernels::AdaLnRows::Cta128, "_cta128"}}) {
-    const td::kernels::AdaLnRows kk = k;
-    record((std::string("adaln_modulate") + suffix).c_str(), 4 * E, [&](int i) {
-      return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                              rows, dim, eps, stream, kk);
-    });
-  }
-  // The Lean variants (norm_lean.cuh: ~600 instead of ~1150 warp
-  // instructions per 1536-wide row, one CTA barrier per LayerNorm row at
-  // 5120), same run. Predicted first (fraction of copy, 1536 / 5120):
-  // layer_norm ~94 / ~96%, adaln_modulate ~93 / ~95%, rms_norm ~94 / ~97.5%;
-  // measured with no_allocate loads of x (H200, 2026-11-30): 85.6 / 93.0%,
-  // 84.4 / 82.1%, 88.8 / 92.9%; with plain loads and adaln in 56 registers
-  // at 5120 (this version): 86.9-88.4 / 95.6-96.3%, 86.1-87.4 / 96.4-96.7%,
-  // 89.9-90.9 / 96.0-96.8% (norm_lean.cuh has every run).
   record("rms_norm_lean", 4 * E, [&](int i) {
     return td::kernels::rms_norm_cuda(X(i), BF, dim, out, BF, dim, weight, rows, dim, eps, stream,
                                       td::kernels::NormRowsKernel::Lean);
   });
-  record("layer_norm_lean", 4 * E, [&](int i) {
+  record("layer_norm_rows", 4 * E, [&](int i) {
     return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream,
-                                        td::kernels::NormRowsKernel::Lean);
+                                        td::kernels::NormRowsKernel::Rows);
   });
-  record("adaln_modulate_lean", 4 * E, [&](int i) {
+  record("adaln_modulate_one", 4 * E, [&](int i) {
     return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                            rows, dim, eps, stream, td::kernels::AdaLnRows::Lean);
-  });
-  // LeanFma: Lean with o * w + b / o * (1 + scale) + shift as one FFMA
-  // (not the default's bits). Predicted over Lean: layer_norm +1-2%,
-  // adaln_modulate +2-4% (one instruction per element fewer). Measured
-  // (H200, 2026-11-30): no gain, -0.1 to -1.8% against Lean (adaln at 5120
-  // +2% only while Lean spilled under 48 registers).
-  record("layer_norm_lean_fma", 4 * E, [&](int i) {
-    return td::kernels::layer_norm_cuda(X(i), BF, dim, out, BF, dim, weight, bias, rows, dim, eps, stream,
-                                        td::kernels::NormRowsKernel::LeanFma);
-  });
-  record("adaln_modulate_lean_fma", 4 * E, [&](int i) {
-    return td::kernels::adaln_modulate_cuda(X(i), BF, dim, out, BF, dim, scale_msa, shift_msa, mod_stride, rows,
-                                            rows, dim, eps, stream, td::kernels::AdaLnRows::LeanFma);
+                                            rows, dim, eps, stream, td::kernels::AdaLnRows::One);
   });
   // x += gate * y; out = LN(x) * (1 + scale) + shift (the FFN -> next block's norm1 step)
   auto rgn = [&](int i, bool f32_residual) {

@@ -75,7 +75,7 @@ struct Layout {
   bool in_place = false;         // y == x
 };
 
-// The layer_norm / rms_norm kernel variant check_rms / check_layer run (the Cta tests set it).
+// The layer_norm / rms_norm kernel variant check_rms / check_layer run (the Lean tests set it).
 NormRowsKernel g_norm_kernel = NormRowsKernel::Rows;
 
 void check_rms(ElemType xt, ElemType yt, int64_t rows, int64_t dim, bool with_weight, Layout l = {}) {
@@ -126,7 +126,7 @@ void check_layer(ElemType xt, ElemType yt, int64_t rows, int64_t dim, AffinePara
   expect_matches_cpu(out, ref, label("layer_norm", xt, yt, rows, dim, l.in_place ? " in place" : ""));
 }
 
-// The adaln_modulate kernel variant check_adaln runs (the Two-rows tests set it).
+// The adaln_modulate kernel variant check_adaln runs (the Lean tests set it).
 AdaLnRows g_adaln_rows = AdaLnRows::One;
 
 void check_adaln(ElemType xt, ElemType yt, int64_t rows, int64_t dim, int64_t rows_per_batch, Layout l = {}) {
@@ -271,28 +271,6 @@ TEST(RmsNormGpu, RejectsWhatItCannotDo) {
   cudaFree(p);
 }
 
-// NormRowsKernel::Cta64 / Cta128 (the row engine with 2 / 4 one-warp rows
-// per CTA below 1024 / 2048 columns... i.e. rows of <= 32 threads): every type
-// and size (row counts not multiples of 2 or 4: warps past the last row),
-// with and without weight, in place, offsets, mixed types, Wan's shapes.
-TEST(RmsNormGpu, CtaVariantsMatchCpu) {
-  TD_REQUIRE_GPU();
-  for (NormRowsKernel k : {NormRowsKernel::Cta64, NormRowsKernel::Cta128}) {
-    g_norm_kernel = k;
-    for (ElemType t : kActTypes) {
-      for (int64_t rows : kRowCounts)
-        for (int64_t dim : kDims) check_rms(t, t, rows, dim, (rows + dim) % 2 == 0);
-      check_rms(t, t, 333, 1536, true, {.x_pad = 16, .in_place = true});
-      check_rms(t, t, 37, 1536, true, {.x_offset = 1});
-    }
-    for (ElemType xt : kActTypes)
-      for (ElemType yt : kActTypes) check_rms(xt, yt, 37, 1000, true, {.x_pad = 8, .y_pad = 24});
-    check_rms(ElemType::BF16, ElemType::BF16, 32760, 1536, true);
-    check_rms(ElemType::BF16, ElemType::BF16, 1031, 5120, true);
-  }
-  g_norm_kernel = NormRowsKernel::Rows;
-}
-
 // ---- layer_norm -----------------------------------------------------------------------
 
 TEST(LayerNormGpu, MatchesCpuEveryTypeAndSize) {
@@ -326,29 +304,6 @@ TEST(LayerNormGpu, WanShapes) {
   check_layer(ElemType::BF16, ElemType::BF16, 77, 4096, {false, false});  // UMT5 width
 }
 
-// NormRowsKernel::Cta64 / Cta128 for layer_norm: the cases above with every
-// weight / bias combination, odd row counts, in place, offsets, mixed types.
-TEST(LayerNormGpu, CtaVariantsMatchCpu) {
-  TD_REQUIRE_GPU();
-  for (NormRowsKernel k : {NormRowsKernel::Cta64, NormRowsKernel::Cta128}) {
-    g_norm_kernel = k;
-    for (ElemType t : kActTypes) {
-      for (int64_t rows : kRowCounts)
-        for (int64_t dim : kDims) {
-          const int v = int((rows + dim) % 3);
-          check_layer(t, t, rows, dim, {v >= 1, v >= 2});
-        }
-      check_layer(t, t, 333, 1536, {true, true}, {.in_place = true});
-      check_layer(t, t, 37, 1536, {true, true}, {.x_offset = 3});
-    }
-    for (ElemType xt : kActTypes)
-      for (ElemType yt : kActTypes) check_layer(xt, yt, 37, 96, {true, true}, {.x_pad = 8, .y_pad = 8});
-    check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
-    check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
-  }
-  g_norm_kernel = NormRowsKernel::Rows;
-}
-
 // ---- adaln_modulate -----------------------------------------------------------------------
 
 TEST(AdaLnModulateGpu, MatchesCpuEveryTypeSizeAndBatching) {
@@ -376,48 +331,6 @@ TEST(AdaLnModulateGpu, WanShapes) {
   check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
   check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);  // CFG batch of 2
   check_adaln(ElemType::F32, ElemType::BF16, 3001, 5120, 1501);
-}
-
-// AdaLnRows::Two: the same cases (odd row counts, samples changing between
-// a thread's two rows, per-token modulation, in place, misaligned -> default).
-TEST(AdaLnModulateGpu, TwoRowsVariantMatchesCpu) {
-  TD_REQUIRE_GPU();
-  g_adaln_rows = AdaLnRows::Two;
-  for (ElemType t : kActTypes)
-    for (int64_t rows : kRowCounts)
-      for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
-  for (ElemType xt : kActTypes)
-    for (ElemType yt : kActTypes) check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});
-  for (ElemType t : kActTypes) {
-    check_adaln(t, t, 333, 5120, 111, {.in_place = true});
-    check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
-  }
-  check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
-  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
-  g_adaln_rows = AdaLnRows::One;
-}
-
-// AdaLnRows::Cta64 / Cta128 (One's kernel, 2 / 4 one-warp rows per CTA):
-// the same cases (samples changing between the rows of a CTA, odd row
-// counts, per-token modulation, in place, offsets, mixed types, Wan's shapes).
-TEST(AdaLnModulateGpu, CtaVariantsMatchCpu) {
-  TD_REQUIRE_GPU();
-  for (AdaLnRows k : {AdaLnRows::Cta64, AdaLnRows::Cta128}) {
-    g_adaln_rows = k;
-    for (ElemType t : kActTypes)
-      for (int64_t rows : kRowCounts)
-        for (int64_t dim : kDims) check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
-    for (ElemType xt : kActTypes)
-      for (ElemType yt : kActTypes) check_adaln(xt, yt, 37, 1536, 1, {.x_pad = 8, .y_pad = 16});
-    for (ElemType t : kActTypes) {
-      check_adaln(t, t, 333, 5120, 111, {.in_place = true});
-      check_adaln(t, t, 37, 1000, 37, {.x_offset = 1});
-      check_adaln(t, t, 45, 1536, 2);
-    }
-    check_adaln(ElemType::BF16, ElemType::BF16, 32760, 1536, 32760);
-    check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
-  }
-  g_adaln_rows = AdaLnRows::One;
 }
 
 // ---- the Lean variants (norm_lean.cuh) ---------------------------------------------------------
@@ -559,36 +472,6 @@ TEST(NormLeanGpu, BitIdenticalToDefaultWhereSameOrder) {
   }
   check_lean_bits(LeanCheckOp::Layer, ElemType::F32, ElemType::BF16, 4099, 1536);
   check_lean_bits(LeanCheckOp::AdaLn, ElemType::BF16, ElemType::BF16, 32760, 1536);
-}
-
-// LeanFma (one FFMA for o * w + b and o * (1 + scale) + shift at 1536 and
-// 5120 with x and y of one type; Lean elsewhere): the default's tolerance
-// against the CPU, every type, odd row counts, in place, per-token and
-// per-sample modulation, mixed types (the Lean fallback), Wan's shapes.
-TEST(NormLeanGpu, FmaVariantMatchesCpu) {
-  TD_REQUIRE_GPU();
-  g_norm_kernel = NormRowsKernel::LeanFma;
-  g_adaln_rows = AdaLnRows::LeanFma;
-  for (ElemType t : kActTypes)
-    for (int64_t rows : kRowCounts)
-      for (int64_t dim : {int64_t(1536), int64_t(5120), int64_t(1000)}) {
-        check_layer(t, t, rows, dim, {true, true});
-        check_layer(t, t, rows, dim, {true, false});
-        check_adaln(t, t, rows, dim, rows == 1 ? 1 : (rows + 2) / 3);
-        check_rms(t, t, rows, dim, true);
-      }
-  for (ElemType t : kActTypes) {
-    check_layer(t, t, 333, 1536, {true, true}, {.in_place = true});
-    check_adaln(t, t, 333, 5120, 1, {.in_place = true});
-    check_layer(t, ElemType::BF16, 37, 1536, {true, true});
-    check_adaln(t, ElemType::BF16, 37, 5120, 5);
-  }
-  check_layer(ElemType::BF16, ElemType::BF16, 32760, 1536, {true, true});
-  check_layer(ElemType::BF16, ElemType::BF16, 2053, 5120, {true, true});
-  check_adaln(ElemType::BF16, ElemType::BF16, 2 * 16380, 1536, 16380);
-  check_adaln(ElemType::BF16, ElemType::BF16, 2053, 5120, 1000);
-  g_norm_kernel = NormRowsKernel::Rows;
-  g_adaln_rows = AdaLnRows::One;
 }
 
 // ---- residual_gate_norm -----------------------------------------------------------------------

@@ -20,30 +20,19 @@ Status adaln_modulate_cpu(const void* x, ElemType x_type, int64_t x_stride,
                           const float* scale, const float* shift, int64_t mod_stride, int64_t rows_per_batch,
                           int64_t rows, int64_t dim, float eps);
 
-// CUDA kernel variants (same arithmetic):
-//   One   the row engine's kernel, one row per thread group (the default);
-//   Two   each thread holds the same chunks of 2 consecutive rows and reads
-//         their fp32 scale/shift once (vector path; rows that would not fit
-//         in 64 registers per thread take One). Candidate for issue 3's
-//         bandwidth bar: flip Auto once measured faster on the H200.
-//   Cta64 / Cta128  One's kernel with 64- / 128-thread CTAs: rows narrower
-//         than the CTA (1536: one warp per row) go 2 / 4 per CTA, each warp
-//         its own row, no CTA-wide barrier; wider rows as One. Bit-identical
-//         to One (norm_variant.h says why it might help).
+// CUDA kernel variants:
 //   Lean  the lean row kernel (norm_lean.cuh: ~3x fewer instructions per
-//         element, one CTA barrier per row at 5120); bit-identical to One
-//         for rows of <= 32 threads (1536), per-warp statistics merged
-//         (fp32 rounding apart) for wider rows. Predicted 83.2/85.6% ->
-//         ~93/95% of copy at 32760x1536 / 75600x5120; measured on the H200
-//         (2026-11-30) 86.1-87.4 / 96.4-96.7% against One's 82.9-85.2 /
-//         85.8-86.2% (5120 with 56 registers; under 48 it spilled: 82%).
-//   LeanFma  Lean with o * (1 + scale) + shift as one FFMA (1536 / 5120,
-//         x and y of one type; else Lean): not the default's bits, one
-//         instruction per element fewer (NormRowsKernel::LeanFma).
-//   Auto  TURBODIFF_ADALN_ROWS=2|cta64|cta128|lean|lean_fma if set, else One.
-// (A persistent warp-team variant, Teams, measured 76-77% of copy against
-// One's 83-86% on the H200 on 2026-11-30 and was removed.)
-enum class AdaLnRows { Auto, One, Two, Cta64, Cta128, Lean, LeanFma };
+//         element, one CTA barrier per row at 5120; the default): measured on
+//         the H200 (2026-11-30) 86.1-87.4 / 96.4-96.7% of copy at 32760x1536 /
+//         75600x5120 against One's 82.9-85.2 / 85.8-86.2%. Bit-identical to
+//         One for rows of <= 32 threads (1536); wider rows merge per-warp
+//         statistics (fp32 rounding apart).
+//   One   the row engine's kernel (norm_rows.cuh), one row per thread group.
+//   Auto  TURBODIFF_ADALN_ROWS=one|lean if set (read per call), else Lean.
+// (Measured and removed: Teams (persistent warp teams, 76-77%), Two (two rows
+// per thread, no gain), Cta64 / Cta128 (+-1%), LeanFma (one FFMA for
+// o * (1 + scale) + shift, -0.1 to -1.8% against Lean).)
+enum class AdaLnRows { Auto, One, Lean };
 
 #if TURBODIFF_HAVE_CUDA
 Status adaln_modulate_cuda(const void* x, ElemType x_type, int64_t x_stride,

@@ -107,31 +107,12 @@ __device__ __forceinline__ void unpack_opaque(const typename ChunkIO<T, 8>::Raw&
 // times the parameters present (kParams bits), in the row engine's order,
 // stored to `dst`. mod_off: the row's offset into the per-sample rows.
 // Each product and sum rounded on its own (no FMA contraction), as the row
-// engine's separate per-parameter branches compile: the same bits. kFma
-// (NormRowsKernel::LeanFma): o * w + b and o * (1 + scale) + shift as one
-// FFMA each (one rounding instead of two: not the default's bits, closer to
-// the exact value), one instruction per element fewer.
-template <int kParams, typename OutT, bool kFma = false>
+// engine's separate per-parameter branches compile: the same bits. (One FFMA
+// for o * w + b and o * (1 + scale) + shift, LeanFma, measured -0.1 to -1.8%
+// of copy against this on the H200 on 2026-11-30 and was removed.)
+template <int kParams, typename OutT>
 __device__ __forceinline__ void lean_finish_chunk(float (&o)[8], const NormRowsArgs& a, int64_t mod_off, int c,
                                                   OutT* dst) {
-  if constexpr (kFma && (kParams & (kLeanWeight | kLeanBias)) == (kLeanWeight | kLeanBias)) {
-    float w[8], b[8];
-    load_params<8>(a.weight + c, w);
-    load_params<8>(a.bias + c, b);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = __fmaf_rn(o[j], w[j], b[j]);
-    ChunkIO<OutT, 8>::store(dst, ChunkIO<OutT, 8>::pack(o));
-    return;
-  }
-  if constexpr (kFma && (kParams & (kLeanScale | kLeanShift)) == (kLeanScale | kLeanShift)) {
-    float sc[8], sh[8];
-    load_params<8>(a.scale + mod_off + c, sc);
-    load_params<8>(a.shift + mod_off + c, sh);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = __fmaf_rn(o[j], __fadd_rn(1.f, sc[j]), sh[j]);
-    ChunkIO<OutT, 8>::store(dst, ChunkIO<OutT, 8>::pack(o));
-    return;
-  }
   if constexpr ((kParams & kLeanWeight) != 0) {
     float p[8];
     load_params<8>(a.weight + c, p);
@@ -315,7 +296,7 @@ struct LeanRow {
   }
 
   // Normalises, applies the parameters present and stores the row (live rows only).
-  template <typename OutT, bool kFma>
+  template <typename OutT>
   __device__ __forceinline__ void write(const NormRowsArgs& a) const {
     if (!live) return;
     const int lane = int(threadIdx.x);
@@ -329,7 +310,7 @@ struct LeanRow {
         XIO::unpack(raw[k], o);
 #pragma unroll
         for (int j = 0; j < 8; ++j) o[j] = (o[j] - mean) * rstd;
-        lean_finish_chunk<kParams, OutT, kFma>(o, a, mod_off, lane * 8 + k * tpr() * 8, out + k * tpr() * 8);
+        lean_finish_chunk<kParams, OutT>(o, a, mod_off, lane * 8 + k * tpr() * 8, out + k * tpr() * 8);
       }
     };
     // One branch per row on the parameters present; each case its own unrolled loop.
@@ -355,7 +336,7 @@ struct LeanRow {
 // (Two rows per warp at 1536, both rows' loads first and their statistics as
 // independent chains in 80 registers, measured worse on the H200 on
 // 2026-11-30: 76.8-87.4% of copy against Lean's 84.4-88.8%; removed.)
-template <LeanOp kOp, typename XT, typename OutT, int kVPT, int kTPR, bool kFull, bool kFma = false>
+template <LeanOp kOp, typename XT, typename OutT, int kVPT, int kTPR, bool kFull>
 __global__ void __launch_bounds__(lean_max_threads<kTPR>(), (lean_min_blocks<kTPR, kOp>()))
     norm_lean_kernel(const NormRowsArgs a) {
   static_assert(kTPR > 0 || !kFull, "a full-row instance needs the threads per row");
@@ -370,17 +351,14 @@ __global__ void __launch_bounds__(lean_max_threads<kTPR>(), (lean_min_blocks<kTP
   } else {
     row.stats_across_warps(a, partials);
   }
-  row.template write<OutT, kFma>(a);
+  row.template write<OutT>(a);
 }
 
 // Launches the lean kernel for a plan of the vector path; any other plan
 // (the scalar path: misaligned or dim % 8 != 0) runs the row engine's kernel.
 // Wan's widths get full-row instances (1536: 32 x 6, 5120: 160 x 4).
-// fma (NormRowsKernel::LeanFma): the full-row instances with XT == OutT
-// contract o * w + b and o * (1 + scale) + shift into one FFMA; other
-// plans and type pairs run Lean.
 template <LeanOp kOp, typename XT, typename OutT>
-Status launch_norm_lean(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t stream, bool fma = false) {
+Status launch_norm_lean(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t stream) {
   constexpr NormKind kKind = kOp == LeanOp::Rms ? NormKind::Rms : NormKind::Layer;
   if (a.rows == 0) return Status::Ok;
   if (plan.chunk != 8) return launch_norm_rows<kKind, false, XT, XT, OutT>(a, plan, stream);
@@ -389,22 +367,9 @@ Status launch_norm_lean(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t
   const dim3 grid{unsigned(blocks)};
   const dim3 block{unsigned(plan.tpr), unsigned(plan.rpb)};
   const int64_t slots = int64_t(plan.tpr) * plan.vpt * 8;
-  constexpr bool kFmaTypes = kOp != LeanOp::Rms && std::is_same_v<XT, OutT>;
   if (plan.tpr == 32 && plan.vpt == 6 && a.dim == slots) {
-    if constexpr (kFmaTypes) {
-      if (fma) {
-        norm_lean_kernel<kOp, XT, OutT, 6, 32, true, true><<<grid, block, 0, stream>>>(a);
-        return launch_status();
-      }
-    }
     norm_lean_kernel<kOp, XT, OutT, 6, 32, true><<<grid, block, 0, stream>>>(a);
   } else if (plan.tpr == 160 && plan.vpt == 4 && a.dim == slots) {
-    if constexpr (kFmaTypes) {
-      if (fma) {
-        norm_lean_kernel<kOp, XT, OutT, 4, 160, true, true><<<grid, block, 0, stream>>>(a);
-        return launch_status();
-      }
-    }
     norm_lean_kernel<kOp, XT, OutT, 4, 160, true><<<grid, block, 0, stream>>>(a);
   } else if (plan.vpt == 4) {
     norm_lean_kernel<kOp, XT, OutT, 4, 0, false><<<grid, block, 0, stream>>>(a);

@@ -250,23 +250,14 @@ Status launch_norm_rows(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t
   return launch_status();
 }
 
-// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=cta64|cta128|lean|lean_fma (read per call,
-// for A/B in benchmarks), else Rows.
-inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k) {
+// NormRowsKernel::Auto -> TURBODIFF_NORM_KERNEL=rows|lean (read per call, for
+// A/B in benchmarks), else the op's default.
+inline NormRowsKernel resolve_norm_rows_kernel(NormRowsKernel k, NormRowsKernel op_default) {
   if (k != NormRowsKernel::Auto) return k;
   const char* e = std::getenv("TURBODIFF_NORM_KERNEL");
-  if (e == nullptr) return NormRowsKernel::Rows;
-  if (std::strcmp(e, "cta64") == 0) return NormRowsKernel::Cta64;
-  if (std::strcmp(e, "cta128") == 0) return NormRowsKernel::Cta128;
-  if (std::strcmp(e, "lean") == 0) return NormRowsKernel::Lean;
-  if (std::strcmp(e, "lean_fma") == 0) return NormRowsKernel::LeanFma;
-  return NormRowsKernel::Rows;
-}
-
-// The row engine's CTA size for a resolved variant (Cta64 / Cta128: several
-// one-warp rows per CTA; Rows the engine's default).
-inline int engine_block_threads(NormRowsKernel k) {
-  return k == NormRowsKernel::Cta64 ? 64 : k == NormRowsKernel::Cta128 ? 128 : kRowBlockThreads;
+  if (e != nullptr && std::strcmp(e, "rows") == 0) return NormRowsKernel::Rows;
+  if (e != nullptr && std::strcmp(e, "lean") == 0) return NormRowsKernel::Lean;
+  return op_default;
 }
 
 }  // namespace td::kernels::gpu
