@@ -534,7 +534,7 @@ TEST(LnModulateQuantGpu, Token128WarpRowsBitIdenticalToOne) {
 }
 // The two-rows-per-team token128 variant (LnQuantTokenRows::PairRows): the
 // cases above (it runs 16-bit rows of a multiple of 512 columns: 1536 (one
-// warp, 4 teams per CTA), 4096 (2 warps x 4 blocks), 5120 (5 x 2); 64, 200,
+// warp per CTA), 4096 (2 warps x 4 blocks), 5120 (5 x 2); 64, 200,
 // 1000 and fp32 run the one-row kernel), plus pairs that cross a sample
 // boundary (odd rows_per_batch: the second row's parameters are loaded on
 // their own), odd row counts (a team with one row), rows fewer than a CTA's
