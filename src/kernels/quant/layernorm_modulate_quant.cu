@@ -546,10 +546,21 @@ __global__ void __launch_bounds__(kMulti ? kPairMaxWarps * 32 : kPairTeamsPerCta
       raw[1][k][r] = *reinterpret_cast<const uint2*>(x1 + 512 * k + 32 * r);
     }
 
-  // Statistics of both rows, interleaved (independent shuffle chains).
-  float m0, m1;
-  {
-    float s0 = 0.f, s1 = 0.f;
+  // The team's sums of v0 (row r0) and v1 (row r0 + 1): warp shuffles, then
+  // (kMulti) the warps' partials through red[stat] (one barrier).
+  auto team_sum2 = [&](int stat, float& v0, float& v1) {
+    v0 = warp_sum(v0);
+    v1 = warp_sum(v1);
+    if constexpr (kMulti) {
+      if (lane == 0) red[stat][0][warp] = v0, red[stat][1][warp] = v1;
+      __syncthreads();
+      v0 = 0.f, v1 = 0.f;
+      for (int w = 0; w < tw; ++w) v0 += red[stat][0][w], v1 += red[stat][1][w];
+    }
+  };
+  // fn(x of row r0, x of row r0 + 1) for every element this lane holds, in
+  // the same order in each pass (the held rows unpacked again per pass).
+  auto each_pair = [&](auto&& fn) {
 #pragma unroll
     for (int k = 0; k < P; ++k)
 #pragma unroll
@@ -558,44 +569,27 @@ __global__ void __launch_bounds__(kMulti ? kPairMaxWarps * 32 : kPairTeamsPerCta
         unpack4_opaque<T>(raw[0][k][r], f);
         unpack4_opaque<T>(raw[1][k][r], g);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s0 += f[e], s1 += g[e];
+        for (int e = 0; e < 4; ++e) fn(f[e], g[e]);
       }
-    s0 = warp_sum(s0);
-    s1 = warp_sum(s1);
-    if constexpr (kMulti) {
-      if (lane == 0) red[0][0][warp] = s0, red[0][1][warp] = s1;
-      __syncthreads();
-      s0 = 0.f, s1 = 0.f;
-      for (int w = 0; w < tw; ++w) s0 += red[0][0][w], s1 += red[0][1][w];
-    }
+  };
+  // Statistics of both rows, interleaved (independent shuffle chains).
+  float m0, m1;
+  {
+    float s0 = 0.f, s1 = 0.f;
+    each_pair([&](float x0v, float x1v) { s0 += x0v, s1 += x1v; });
+    team_sum2(0, s0, s1);
     m0 = s0 / float(a.dim);
     m1 = s1 / float(a.dim);
   }
   float rstd0, rstd1;
   {
     float c0 = 0.f, c1 = 0.f;
-#pragma unroll
-    for (int k = 0; k < P; ++k)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float f[4], g[4];
-        unpack4_opaque<T>(raw[0][k][r], f);
-        unpack4_opaque<T>(raw[1][k][r], g);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float d0 = f[e] - m0, d1 = g[e] - m1;
-          c0 = fmaf(d0, d0, c0);
-          c1 = fmaf(d1, d1, c1);
-        }
-      }
-    c0 = warp_sum(c0);
-    c1 = warp_sum(c1);
-    if constexpr (kMulti) {
-      if (lane == 0) red[1][0][warp] = c0, red[1][1][warp] = c1;
-      __syncthreads();
-      c0 = 0.f, c1 = 0.f;
-      for (int w = 0; w < tw; ++w) c0 += red[1][0][w], c1 += red[1][1][w];
-    }
+    each_pair([&](float x0v, float x1v) {
+      const float d0 = x0v - m0, d1 = x1v - m1;
+      c0 = fmaf(d0, d0, c0);
+      c1 = fmaf(d1, d1, c1);
+    });
+    team_sum2(1, c0, c1);
     rstd0 = __fdiv_rn(1.f, __fsqrt_rn(c0 / float(a.dim) + a.eps));
     rstd1 = __fdiv_rn(1.f, __fsqrt_rn(c1 / float(a.dim) + a.eps));
   }
