@@ -25,13 +25,7 @@
 //   block_scaled_sm90_token128_quant + quant_token128_cuda
 //   block_scaled_sm90_block128       128x128 activation blocks (TurboDiffusion's format)
 //   block_scaled_sm90_block128_quant + quant_block128_cuda
-//   block_scaled_sm90_<variant>_{token128,block128,token128_epilogue,token128_quant}
-//                                    each variant of the sm90 block-scaled kernel
-//                                    (baseline, fast_promote, pipelined, pipelined_cvt,
-//                                    pipelined_smem_epi, pipelined_smem_scales, three_consumers,
-//                                    three_consumers_fast, three_consumers_smem_epi,
-//                                    three_consumers_ordered:
-//                                    int8_gemm_block_scaled_sm90.h) named explicitly
+//   block_scaled_sm90_token128_epilogue  + bias and GELU (ffn1) or gated residual (qkv, ffn2)
 //   post_scale_mma / block_scaled_mma_token128   the portable mma.sync kernels
 // Plus "accuracy_vs_bf16" at 32760 x 1536 -> 1536: rel L2 and cosine of each
 // scheme (with its own quantizers) against the BF16 linear on activations with
@@ -42,30 +36,22 @@
 // quantizers run standalone here; in the model the QKV/FFN1 inputs come from
 // the fused norm+quantize kernels instead.
 //
-//   bench_gemm [--filter SUBSTR] [--small-only | --large-only] [--no-probe]
+//   bench_gemm [--filter SUBSTR] [--small-only | --large-only]
 // prints one JSON object. Tile order of the sm90 post-scale kernel can be
 // varied with TURBODIFF_GEMM_SM90_SWIZZLE / TURBODIFF_GEMM_SM90_RASTER.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench_util.h"
 #include "kernels/gemm/int8_gemm.h"
-#include "kernels/gemm/int8_gemm_block_scaled_sm90.h"
 #include "kernels/quant/quant_block128.h"
 #include "kernels/quant/quant_per_row.h"
 #include "kernels/quant/quant_token128.h"
@@ -100,29 +86,6 @@ Status block_scaled_sm90(const td::kernels::Int8GemmBlockScaledArgs& args, cudaS
   return td::kernels::int8_gemm_block_scaled_sm90(args, stream);
 #else
   (void)args, (void)stream;
-  return Status::Unsupported;
-#endif
-}
-
-// One named variant of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h).
-enum class BsVariant { Baseline, FastPromote, Pipelined, PipelinedCvt, PipelinedSmemEpi, PipelinedSmemScales, ThreeConsumers,
-                       ThreeConsumersFastCvt, ThreeConsumersSmemEpi, ThreeConsumersOrdered };
-Status block_scaled_sm90_variant(const td::kernels::Int8GemmBlockScaledArgs& args, BsVariant v, cudaStream_t stream) {
-#if TURBODIFF_HAVE_SM90
-  using K = td::kernels::BlockScaledSm90Kernel;
-  const K k = v == BsVariant::Baseline              ? K::Baseline
-              : v == BsVariant::FastPromote         ? K::FastPromote
-              : v == BsVariant::Pipelined           ? K::Pipelined
-              : v == BsVariant::PipelinedCvt        ? K::PipelinedCvt
-              : v == BsVariant::PipelinedSmemEpi    ? K::PipelinedSmemEpi
-              : v == BsVariant::PipelinedSmemScales ? K::PipelinedSmemScales
-              : v == BsVariant::ThreeConsumers      ? K::ThreeConsumers
-              : v == BsVariant::ThreeConsumersFastCvt ? K::ThreeConsumersFastCvt
-              : v == BsVariant::ThreeConsumersSmemEpi ? K::ThreeConsumersSmemEpi
-                                                      : K::ThreeConsumersOrdered;
-  return td::kernels::int8_gemm_block_scaled_sm90(args, stream, k);
-#else
-  (void)args, (void)v, (void)stream;
   return Status::Unsupported;
 #endif
 }
@@ -183,143 +146,8 @@ struct Options {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---- probe of the block-scaled sm90 variants --------------------------------
-// Each variant runs in a child process of its own (all forked before this
-// process touches CUDA) on three problems (ktiles even and odd, several tiles
-// per CTA), its bf16 output compared bit for bit with the baseline variant's,
-// which the same child runs first (the variants differ only in instruction
-// choice and overlap: same fp32 operations in the same order). A variant that
-// faults or hangs (its child gets 30 s) is reported and not timed, so it
-// cannot take the other variants' measurements with it.
-constexpr int kNumVariants = 10;
-const char* const kVariantNames[kNumVariants] = {"baseline",           "fast_promote",          "pipelined",
-                                                 "pipelined_cvt",      "pipelined_smem_epi",    "pipelined_smem_scales",
-                                                 "three_consumers",    "three_consumers_fast",  "three_consumers_smem_epi",
-                                                 "three_consumers_ordered"};
-const BsVariant kVariants[kNumVariants] = {BsVariant::Baseline,          BsVariant::FastPromote,
-                                           BsVariant::Pipelined,         BsVariant::PipelinedCvt,
-                                           BsVariant::PipelinedSmemEpi,  BsVariant::PipelinedSmemScales,
-                                           BsVariant::ThreeConsumers,    BsVariant::ThreeConsumersFastCvt,
-                                           BsVariant::ThreeConsumersSmemEpi, BsVariant::ThreeConsumersOrdered};
-
-// Child of probe_variants: the baseline, then variant `only` (0: the baseline
-// alone); writes "<name> <verdict>" for `only` to fd.
-int probe_child(int fd, int only) {
-  auto say = [&](const std::string& line) {
-    const std::string l = line + "\n";
-    if (write(fd, l.data(), l.size()) < 0) _exit(3);
-  };
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 2;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (major != 9 || minor != 0) return 2;
-  struct P {
-    int64_t M, N, K;
-  };
-  // the third: 21 x 16 tiles of 192 x 128, so three_consumers' CTAs also run
-  // several tiles (the first has 11 x 12 = 132 of them: one per H200 SM)
-  const P problems[] = {{2000, 1536, 1536}, {1111, 264, 1408}, {4000, 2048, 1664}};
-  std::vector<std::string> verdict(kNumVariants, "ok");
-  const std::vector<int> run = only == 0 ? std::vector<int>{0} : std::vector<int>{0, only};
-  for (const P& pr : problems) {
-    const int64_t kb = (pr.K + 127) / 128;
-    int8_t *a, *w;
-    float *sa, *sw;
-    void *out, *out0;
-    TD_BENCH_CUDA(cudaMalloc(&a, size_t(pr.M * pr.K)));
-    TD_BENCH_CUDA(cudaMalloc(&w, size_t(pr.N * pr.K)));
-    TD_BENCH_CUDA(cudaMalloc(&sa, size_t(kb * pr.M) * 4));
-    TD_BENCH_CUDA(cudaMalloc(&sw, size_t((pr.N + 127) / 128 * kb) * 4));
-    TD_BENCH_CUDA(cudaMalloc(&out, size_t(pr.M * pr.N) * 2));
-    TD_BENCH_CUDA(cudaMalloc(&out0, size_t(pr.M * pr.N) * 2));
-    fill_i8(a, size_t(pr.M * pr.K), 11, nullptr);
-    fill_i8(w, size_t(pr.N * pr.K), 12, nullptr);
-    fill_scales(sa, size_t(kb * pr.M), 13, nullptr);
-    fill_scales(sw, size_t((pr.N + 127) / 128 * kb), 14, nullptr);
-    td::kernels::Int8GemmBlockScaledArgs args;
-    args.op.M = pr.M, args.op.N = pr.N, args.op.K = pr.K;
-    args.op.a = a, args.op.lda = pr.K, args.op.w = w, args.op.ldw = pr.K, args.op.ldo = pr.N;
-    args.a_scale = sa, args.a_scale_kind = td::kernels::ActScale::Token128, args.ld_a_scale = pr.M;
-    args.w_scale = sw, args.ld_w_scale = kb;
-    std::vector<uint16_t> ref(size_t(pr.M * pr.N)), got(ref.size());
-    for (int v : run) {
-      args.op.out = v == 0 ? out0 : out;
-      TD_BENCH_CUDA(cudaMemset(args.op.out, 0xff, size_t(pr.M * pr.N) * 2));
-      const Status st = block_scaled_sm90_variant(args, kVariants[v], nullptr);
-      if (st != Status::Ok) {
-        verdict[size_t(v)] = std::string("status ") + td::kernels::status_str(st);
-        continue;
-      }
-      if (cudaDeviceSynchronize() != cudaSuccess) {
-        say(std::string(kVariantNames[v]) + " fault");
-        return 1;  // the context is gone
-      }
-      TD_BENCH_CUDA(cudaMemcpy(v == 0 ? ref.data() : got.data(), args.op.out, ref.size() * 2, cudaMemcpyDeviceToHost));
-      if (v == 0) continue;
-      size_t diff = 0;
-      for (size_t i = 0; i < ref.size(); ++i) diff += ref[i] != got[i];
-      if (diff && verdict[size_t(v)] == "ok")
-        verdict[size_t(v)] = "differs from baseline in " + std::to_string(diff) + " of " + std::to_string(ref.size()) +
-                             " outputs at M=" + std::to_string(pr.M) + " N=" + std::to_string(pr.N) +
-                             " K=" + std::to_string(pr.K);
-    }
-    for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(sa), static_cast<void*>(sw), out, out0})
-      cudaFree(p);
-  }
-  say(std::string(kVariantNames[only]) + " " + verdict[size_t(only)]);
-  return 0;
-}
-
-// variant name -> "ok" / "differs ..." / "status ..." / "fault" / "no answer (hang?)".
-std::map<std::string, std::string> probe_variants() {
-  std::map<std::string, std::string> result;
-  for (int v = 0; v < kNumVariants; ++v) {
-    const std::string name = kVariantNames[v];
-    result[name] = "no answer (hang or crash of the probe)";
-    int fds[2];
-    if (pipe(fds) != 0) continue;
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      _exit(probe_child(fds[1], v));
-    }
-    close(fds[1]);
-    if (pid < 0) {
-      close(fds[0]);
-      continue;
-    }
-    int status = 0;
-    bool done = false;
-    for (int i = 0; i < 300 && !done; ++i) {  // 30 s
-      if (waitpid(pid, &status, WNOHANG) == pid) done = true;
-      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (!done) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
-    // the child's few lines fit the pipe's buffer: read after it ended
-    std::string text;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, size_t(n));
-    close(fds[0]);
-    size_t pos = 0;
-    while (pos < text.size()) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(pos, end - pos);
-      const size_t sp = line.find(' ');
-      if (sp != std::string::npos) result[line.substr(0, sp)] = line.substr(sp + 1);
-      pos = end + 1;
-    }
-  }
-  return result;
-}
-
 nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t blas, cudaStream_t stream,
-                           bool sm90, const std::map<std::string, std::string>& probe) {
+                           bool sm90) {
   const int64_t M = sh.M, K = sh.K, N = sh.N, kb = cdiv(K, 128);
   const double flop = 2.0 * double(M) * double(N) * double(K);
   const bool large = M > 4096;
@@ -459,35 +287,11 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
     record("block_scaled_sm90_block128", [&](int i) {
       require_ok(block_scaled_sm90(block(S(i), false), stream), "block_scaled_sm90");
     });
-    // The block-scaled sm90 variants side by side (the records above run the
-    // default one: TURBODIFF_GEMM_SM90_BLOCK_KERNEL, else pipelined_cvt).
-    // Only variants whose probe ran (a faulting or hanging one is skipped).
-    for (int vi = 0; vi < kNumVariants; ++vi) {
-      const BsVariant v = kVariants[vi];
-      const auto pr = probe.find(kVariantNames[vi]);
-      if (pr == probe.end() || pr->second.rfind("no answer", 0) == 0 || pr->second == "fault" ||
-          pr->second.rfind("status", 0) == 0)
-        continue;
-      const std::string base = std::string("block_scaled_sm90_") + kVariantNames[vi];
-      record(base + "_token128", [&](int i) {
-        require_ok(block_scaled_sm90_variant(block(S(i), true), v, stream), base.c_str());
-      });
-      record(base + "_block128", [&](int i) {
-        require_ok(block_scaled_sm90_variant(block(S(i), false), v, stream), base.c_str());
-      });
-      record(base + "_token128_epilogue", [&](int i) {
-        auto a = block(S(i), true);
-        with_epilogue(a.op);
-        require_ok(block_scaled_sm90_variant(a, v, stream), base.c_str());
-      });
-      record(base + "_token128_quant", [&](int i) {
-        const Set& t = S(i);
-        require_ok(td::kernels::quantize_token128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
-                                                       static_cast<float*>(t.sa_t128), M, stream),
-                   "quantize_token128_cuda");
-        require_ok(block_scaled_sm90_variant(block(t, true), v, stream), base.c_str());
-      });
-    }
+    record("block_scaled_sm90_token128_epilogue", [&](int i) {
+      auto a = block(S(i), true);
+      with_epilogue(a.op);
+      require_ok(block_scaled_sm90(a, stream), "block_scaled_sm90 epilogue");
+    });
     record("block_scaled_sm90_block128_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_block128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,
@@ -545,8 +349,7 @@ AccuracyError compare_to(const void* out_bf16, const float* ref, int64_t n) {
 // 50x, W ~ N(0, 0.02) bf16; each scheme quantizes X and W with its own
 // quantizers (quant_per_row / quant_token128 / quant_block128), then runs its
 // sm90 GEMM. Also reports the bf16-output rounding floor (cuBLAS bf16 out).
-nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cudaStream_t stream,
-                        const std::map<std::string, std::string>& probe) {
+nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cudaStream_t stream) {
   const int64_t kb = cdiv(K, 128);
   void* x = dalloc(size_t(M * K) * 2);
   void* w = dalloc(size_t(N * K) * 2);
@@ -595,12 +398,6 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
     args.w_scale = sw, args.ld_w_scale = kb;
     require_ok(block_scaled_sm90(args, stream), "block_scaled_sm90");
     put("block_scaled_token128");
-    for (int vi = 1; vi < kNumVariants; ++vi) {
-      const auto pr = probe.find(kVariantNames[vi]);
-      if (pr == probe.end() || pr->second.rfind("ok", 0) != 0) continue;
-      require_ok(block_scaled_sm90_variant(args, kVariants[vi], stream), kVariantNames[vi]);
-      put((std::string("block_scaled_token128_") + kVariantNames[vi]).c_str());
-    }
   }
   {  // TurboDiffusion's format: 128x128 blocks on both
     require_ok(td::kernels::quantize_block128_cuda(BF, x, M, K, K, a8, K, sa, stream), "quantize_block128_cuda");
@@ -620,7 +417,6 @@ nlohmann::json accuracy(int64_t M, int64_t K, int64_t N, cublasHandle_t blas, cu
 
 int main(int argc, char** argv) {
   Options opt;
-  bool no_probe = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc) {
@@ -629,25 +425,12 @@ int main(int argc, char** argv) {
       opt.small_only = true;
     } else if (a == "--large-only") {
       opt.large_only = true;
-    } else if (a == "--no-probe") {
-      no_probe = true;
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--filter SUBSTR] [--small-only | --large-only] [--no-probe]\n  unknown argument '%s'\n",
+      std::fprintf(stderr, "usage: bench_gemm [--filter SUBSTR] [--small-only | --large-only]\n  unknown argument '%s'\n",
                    a.c_str());
       return 2;
     }
   }
-  // before this process's first CUDA call (the probe forks). --no-probe: every
-  // variant is timed unprobed (for a profiler that cannot follow a forked
-  // child: Nsight Compute's injection makes the fork's CUDA calls fail).
-  std::map<std::string, std::string> probe;
-#if TURBODIFF_HAVE_SM90
-  if (no_probe) {
-    for (const char* n : kVariantNames) probe[n] = "ok (not probed: --no-probe)";
-  } else {
-    probe = probe_variants();
-  }
-#endif
   cudaStream_t stream;
   TD_BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t blas;
@@ -679,22 +462,17 @@ int main(int argc, char** argv) {
   for (const Shape& sh : large) {
     if (!opt.small_only) {
       std::fprintf(stderr, "bench_gemm: %s M=%lld\n", sh.name, static_cast<long long>(sh.M));
-      shapes[std::string(sh.name)] = bench_shape(sh, opt, blas, stream, sm90, probe);
+      shapes[std::string(sh.name)] = bench_shape(sh, opt, blas, stream, sm90);
     }
     if (!opt.large_only) {
       Shape small = sh;
       small.M = 512;
       std::fprintf(stderr, "bench_gemm: %s M=512\n", sh.name);
-      shapes[std::string(sh.name) + "_M512"] = bench_shape(small, opt, blas, stream, sm90, probe);
+      shapes[std::string(sh.name) + "_M512"] = bench_shape(small, opt, blas, stream, sm90);
     }
   }
   j["shapes"] = shapes;
-#if TURBODIFF_HAVE_SM90
-  if (sm90) j["block_scaled_sm90_variant_probe"] = probe;
-  j["block_scaled_sm90_default_variant"] =
-      td::kernels::block_scaled_sm90_kernel_name(td::kernels::BlockScaledSm90Kernel::Default);
-#endif
-  if (sm90 && opt.filter.empty()) j["accuracy_vs_bf16"] = accuracy(32760, 1536, 1536, blas, stream, probe);
+  if (sm90 && opt.filter.empty()) j["accuracy_vs_bf16"] = accuracy(32760, 1536, 1536, blas, stream);
   std::printf("%s\n", j.dump(1).c_str());
   cudaFree(blas_ws);
   cublasDestroy(blas);

@@ -26,24 +26,19 @@ NGPU=${PROFILE_NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}  # PROFILE_NGPU=1: on
 
 # name | launches | kernel regex (mangled names) | command
 LANE_A=(
-  "gemm_block_scaled_qkv|1|int8_gemm_block_scaled_sm90_kernelILb0ELb1ELb0E|$B/bench_gemm --large-only --filter block_scaled_sm90_pipelined_cvt_token128"
-  "gemm_block_scaled_baseline_qkv|1|int8_gemm_block_scaled_sm90_kernelILb0ELb0ELb0E|$B/bench_gemm --large-only --filter block_scaled_sm90_baseline_token128"
-  "gemm_three_consumers_smem_epi_qkv|1|int8_gemm_block_scaled_sm90_kernelILb0ELb0ELb1ELb1ELi3ELi4ELb0E|$B/bench_gemm --large-only --no-probe --filter block_scaled_sm90_three_consumers_smem_epi_token128"
+  "gemm_block_scaled_qkv|1|int8_gemm_block_scaled_sm90_kernel|$B/bench_gemm --large-only --filter block_scaled_sm90_token128"
   "gemm_post_scale_qkv|1|device_kernel|$B/bench_gemm --large-only --filter post_scale_sm90"
   "gemm_cublas_bf16_qkv|1|nvjet|xmma|cutlass|$B/bench_gemm --large-only --filter cublas_bf16_only"
   "norm_rms|1|norm_rows_kernelILNS1_8NormKindE0|$B/bench_norm"
-  "norm_layer|1|norm_rows_kernelILNS1_8NormKindE1ELb0|$B/bench_norm"
-  "norm_adaln|1|norm_rows_kernelILNS1_8NormKindE1ELb1|adaln|$B/bench_norm"
+  "norm_layer_adaln_lean|2|norm_lean_kernel|$B/bench_norm"
   "quant_token128|1|quantize_token128_kernel|$B/bench_quant_rope"
   "ln_mod_quant_token128|1|ln_mod_quant_token128_kernel|$B/bench_quant_rope"
   "ln_mod_quant_block128|1|ln_mod_quant_block128_kernel|$B/bench_quant_rope"
 )
 LANE_B=(
-  "sage_sm90_dense|2|sage_sm90_kernel|$B/bench_attention wan1.3b_480p_self --no-flash --no-sparse"
-  "sage_sm90_lean_dense|1|sage_sm90_kernelILi128ELi1ELi4ELi1ELb0ELb0ELb1E|$B/bench_attention wan1.3b_480p_self --no-flash --no-sparse"
-  "sage_sm90_lean_stages3_sparse|1|sage_sm90_kernelILi128ELi2ELi3ELi1ELb0ELb0ELb1E|$B/bench_sla --quick"
-  "sla_linear_staged|2|staged|$B/bench_sla --quick"
+  "sage_sm90_dense|1|sage_sm90_kernelILi128ELi1E|$B/bench_attention wan1.3b_480p_self --no-flash --no-sparse"
   "sage_sm90_sparse|1|sage_sm90_kernelILi128ELi2E|$B/bench_sla --quick"
+  "sla_linear_staged|2|staged|$B/bench_sla --quick"
   "cudnn_sdpa|1|sdpa|fmha|flash|$B/bench_attention wan1.3b_480p_self --no-flash --no-sparse"
   "sagesla_pipeline|8|sage_sm90|topk|block_pool|kv_partial|kv_project|linear_apply|finalize|score_kernel|key_mean|quant_kernel|stats_kernel|$B/bench_sla --quick"
 )

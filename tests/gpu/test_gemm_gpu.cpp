@@ -32,7 +32,6 @@
 #include "core/dtype.h"
 #include "harness/harness.h"
 #include "kernels/gemm/int8_gemm.h"
-#include "kernels/gemm/int8_gemm_block_scaled_sm90.h"
 
 namespace td::kernels {
 namespace {
@@ -40,24 +39,7 @@ namespace {
 constexpr int64_t kBlk = 128;
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// BlockScaledSm90{Fast,Pipe,PipeCvt,PipeSmemEpi,SmemScales,ThreeWg*}: the
-// variants of the sm90 block-scaled kernel (int8_gemm_block_scaled_sm90.h)
-// beside the default one.
-enum class Kernel {
-  PostScaleSm90,
-  PostScaleMma,
-  BlockScaledSm90,
-  BlockScaledMma,
-  BlockScaledSm90Fast,
-  BlockScaledSm90Pipe,
-  BlockScaledSm90PipeCvt,
-  BlockScaledSm90PipeSmemEpi,
-  BlockScaledSm90SmemScales,
-  BlockScaledSm90ThreeWg,
-  BlockScaledSm90ThreeWgFast,
-  BlockScaledSm90ThreeWgSmemEpi,
-  BlockScaledSm90ThreeWgOrdered
-};
+enum class Kernel { PostScaleSm90, PostScaleMma, BlockScaledSm90, BlockScaledMma };
 enum class Scheme { PostScale, Token128, Block128 };
 
 const char* kernel_name(Kernel k) {
@@ -66,28 +48,13 @@ const char* kernel_name(Kernel k) {
     case Kernel::PostScaleMma: return "post_scale_mma";
     case Kernel::BlockScaledSm90: return "block_scaled_sm90";
     case Kernel::BlockScaledMma: return "block_scaled_mma";
-    case Kernel::BlockScaledSm90Fast: return "block_scaled_sm90_fast_promote";
-    case Kernel::BlockScaledSm90Pipe: return "block_scaled_sm90_pipelined";
-    case Kernel::BlockScaledSm90PipeCvt: return "block_scaled_sm90_pipelined_cvt";
-    case Kernel::BlockScaledSm90PipeSmemEpi: return "block_scaled_sm90_pipelined_smem_epi";
-    case Kernel::BlockScaledSm90SmemScales: return "block_scaled_sm90_pipelined_smem_scales";
-    case Kernel::BlockScaledSm90ThreeWg: return "block_scaled_sm90_three_consumers";
-    case Kernel::BlockScaledSm90ThreeWgFast: return "block_scaled_sm90_three_consumers_fast";
-    case Kernel::BlockScaledSm90ThreeWgSmemEpi: return "block_scaled_sm90_three_consumers_smem_epi";
-    case Kernel::BlockScaledSm90ThreeWgOrdered: return "block_scaled_sm90_three_consumers_ordered";
   }
   return "?";
 }
 const char* scheme_name(Scheme s) {
   return s == Scheme::PostScale ? "post-scale" : s == Scheme::Token128 ? "token128" : "block128";
 }
-bool is_sm90(Kernel k) {
-  return k == Kernel::PostScaleSm90 || k == Kernel::BlockScaledSm90 || k == Kernel::BlockScaledSm90Fast ||
-         k == Kernel::BlockScaledSm90Pipe || k == Kernel::BlockScaledSm90PipeCvt ||
-         k == Kernel::BlockScaledSm90PipeSmemEpi || k == Kernel::BlockScaledSm90SmemScales ||
-         k == Kernel::BlockScaledSm90ThreeWg || k == Kernel::BlockScaledSm90ThreeWgFast ||
-         k == Kernel::BlockScaledSm90ThreeWgSmemEpi || k == Kernel::BlockScaledSm90ThreeWgOrdered;
-}
+bool is_sm90(Kernel k) { return k == Kernel::PostScaleSm90 || k == Kernel::BlockScaledSm90; }
 #if TURBODIFF_HAVE_SM90
 constexpr bool kBuiltSm90 = true;
 #else
@@ -284,17 +251,8 @@ struct Problem {
     switch (k) {
       case Kernel::PostScaleSm90: return run_post_scale(k, post_args(true, out, ElemType::BF16), stream);
       case Kernel::PostScaleMma: return run_post_scale(k, post_args(true, out, ElemType::BF16), stream);
-      case Kernel::BlockScaledSm90: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
-      case Kernel::BlockScaledMma:
-      case Kernel::BlockScaledSm90Fast:
-      case Kernel::BlockScaledSm90Pipe:
-      case Kernel::BlockScaledSm90PipeCvt:
-      case Kernel::BlockScaledSm90PipeSmemEpi:
-      case Kernel::BlockScaledSm90SmemScales:
-      case Kernel::BlockScaledSm90ThreeWg:
-      case Kernel::BlockScaledSm90ThreeWgFast:
-      case Kernel::BlockScaledSm90ThreeWgSmemEpi:
-      case Kernel::BlockScaledSm90ThreeWgOrdered: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
+      case Kernel::BlockScaledSm90:
+      case Kernel::BlockScaledMma: return run_block_scaled(k, block_args(true, out, ElemType::BF16), stream);
     }
     return Status::InvalidArgument;
   }
@@ -315,26 +273,7 @@ struct Problem {
 #if TURBODIFF_HAVE_CUDA
     if (k == Kernel::BlockScaledMma) return int8_gemm_block_scaled_mma(args, stream);
 #if TURBODIFF_HAVE_SM90
-    if (k == Kernel::BlockScaledSm90)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::Baseline);
-    if (k == Kernel::BlockScaledSm90Fast)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::FastPromote);
-    if (k == Kernel::BlockScaledSm90Pipe)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::Pipelined);
-    if (k == Kernel::BlockScaledSm90PipeCvt)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedCvt);
-    if (k == Kernel::BlockScaledSm90PipeSmemEpi)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedSmemEpi);
-    if (k == Kernel::BlockScaledSm90SmemScales)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::PipelinedSmemScales);
-    if (k == Kernel::BlockScaledSm90ThreeWg)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumers);
-    if (k == Kernel::BlockScaledSm90ThreeWgFast)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersFastCvt);
-    if (k == Kernel::BlockScaledSm90ThreeWgSmemEpi)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersSmemEpi);
-    if (k == Kernel::BlockScaledSm90ThreeWgOrdered)
-      return int8_gemm_block_scaled_sm90(args, stream, BlockScaledSm90Kernel::ThreeConsumersOrdered);
+    if (k == Kernel::BlockScaledSm90) return int8_gemm_block_scaled_sm90(args, stream);
 #endif
 #endif
     (void)k, (void)args, (void)stream;
@@ -432,37 +371,6 @@ std::vector<KernelCase> all_kernel_cases() {
           {Kernel::BlockScaledSm90, Scheme::Token128}, {Kernel::BlockScaledSm90, Scheme::Block128},
           {Kernel::BlockScaledMma, Scheme::Token128}, {Kernel::BlockScaledMma, Scheme::Block128}};
 }
-// The variants of the sm90 block-scaled kernel, instantiated as a suite of
-// their own (Sm90BlockVariants/GemmGpu): gpu_check.sh runs each suite in its
-// own process, so a fault or hang in a new variant cannot take the default
-// kernels' results with it.
-std::vector<KernelCase> sm90_block_variant_cases() {
-  return {{Kernel::BlockScaledSm90Fast, Scheme::Token128}, {Kernel::BlockScaledSm90Fast, Scheme::Block128},
-          {Kernel::BlockScaledSm90Pipe, Scheme::Token128}, {Kernel::BlockScaledSm90Pipe, Scheme::Block128},
-          {Kernel::BlockScaledSm90PipeCvt, Scheme::Token128}, {Kernel::BlockScaledSm90PipeCvt, Scheme::Block128},
-          {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Token128},
-          {Kernel::BlockScaledSm90PipeSmemEpi, Scheme::Block128},
-          {Kernel::BlockScaledSm90SmemScales, Scheme::Token128}, {Kernel::BlockScaledSm90SmemScales, Scheme::Block128},
-          {Kernel::BlockScaledSm90ThreeWg, Scheme::Token128}, {Kernel::BlockScaledSm90ThreeWg, Scheme::Block128},
-          {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Token128},
-          {Kernel::BlockScaledSm90ThreeWgFast, Scheme::Block128},
-          {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Token128},
-          {Kernel::BlockScaledSm90ThreeWgSmemEpi, Scheme::Block128},
-          {Kernel::BlockScaledSm90ThreeWgOrdered, Scheme::Token128},
-          {Kernel::BlockScaledSm90ThreeWgOrdered, Scheme::Block128}};
-}
-// The block-scaled sm90 variants run the Wan-1.3B shapes with token128 scales
-// only (what the model runs; Block128 differs only in the scale load, which the
-// small-shape tests cover): keeps the added GPU-test time small.
-bool skip_wan_shapes(const KernelCase& c) {
-  return (c.kernel == Kernel::BlockScaledSm90Fast || c.kernel == Kernel::BlockScaledSm90Pipe ||
-          c.kernel == Kernel::BlockScaledSm90PipeCvt || c.kernel == Kernel::BlockScaledSm90PipeSmemEpi ||
-          c.kernel == Kernel::BlockScaledSm90SmemScales || c.kernel == Kernel::BlockScaledSm90ThreeWg ||
-          c.kernel == Kernel::BlockScaledSm90ThreeWgFast || c.kernel == Kernel::BlockScaledSm90ThreeWgSmemEpi ||
-          c.kernel == Kernel::BlockScaledSm90ThreeWgOrdered) &&
-         c.scheme == Scheme::Block128;
-}
-
 class GemmGpu : public testing::TestWithParam<KernelCase> {};
 
 TEST_P(GemmGpu, AwkwardShapes) {
@@ -503,7 +411,6 @@ TEST_P(GemmGpu, Epilogues) {
 TEST_P(GemmGpu, Wan13BShapes) {
   TD_REQUIRE_GPU();
   const KernelCase c = GetParam();
-  if (skip_wan_shapes(c)) GTEST_SKIP() << "covered by the token128 case of this variant";
   const int64_t M = 32760;
   const std::vector<std::pair<int64_t, int64_t>> slices = {{0, 128}, {16320, 16450}, {M - 200, M}};
   check_kernel(c.kernel, Problem(c.scheme, M, 8960, 1536, {.bias = true, .gelu = true}), slices);
@@ -519,7 +426,6 @@ std::string case_name(const testing::TestParamInfo<KernelCase>& i) {
   return s;
 }
 INSTANTIATE_TEST_SUITE_P(Kernels, GemmGpu, testing::ValuesIn(all_kernel_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Sm90BlockVariants, GemmGpu, testing::ValuesIn(sm90_block_variant_cases()), case_name);
 
 // Wan-14B 720p QKV/O shape (M = 75600, 5120 -> 5120) on the Hopper kernels,
 // the largest problem the model runs (A 387 MB, out 774 MB), with a gated
@@ -540,32 +446,11 @@ TEST(GemmGpuLarge, Wan14BShapeOnHopperKernels) {
   }
 }
 
-// The same 14B shape on the block-scaled sm90 variants meant to replace the
-// default one (a suite of its own, like Sm90BlockVariants).
-TEST(GemmGpuVariantsLarge, Wan14BShapePipelinedVariants) {
-  TD_REQUIRE_GPU();
-  if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
-  const int64_t M = 75600;
-  const std::vector<std::pair<int64_t, int64_t>> slices = {{0, 64}, {37760, 37900}, {M - 150, M}};
-  Problem p(Scheme::Token128, M, 5120, 5120, EpilogueCase{.bias = true, .residual = true, .gate = true, .rows_per_batch = M});
-  check_kernel(Kernel::BlockScaledSm90Pipe, p, slices);
-  check_kernel(Kernel::BlockScaledSm90PipeSmemEpi, p, slices);
-  check_kernel(Kernel::BlockScaledSm90SmemScales, p, slices);
-  check_kernel(Kernel::BlockScaledSm90ThreeWg, p, slices);
-  check_kernel(Kernel::BlockScaledSm90ThreeWgFast, p, slices);
-  check_kernel(Kernel::BlockScaledSm90ThreeWgSmemEpi, p, slices);
-  check_kernel(Kernel::BlockScaledSm90ThreeWgOrdered, p, slices);
-}
-
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
 TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
   TD_REQUIRE_GPU();
   cuda::Stream stream(0);
-  for (Kernel k : {Kernel::PostScaleSm90, Kernel::PostScaleMma, Kernel::BlockScaledSm90, Kernel::BlockScaledMma,
-                   Kernel::BlockScaledSm90Fast, Kernel::BlockScaledSm90Pipe, Kernel::BlockScaledSm90PipeCvt,
-                   Kernel::BlockScaledSm90PipeSmemEpi, Kernel::BlockScaledSm90SmemScales,
-                   Kernel::BlockScaledSm90ThreeWg, Kernel::BlockScaledSm90ThreeWgFast,
-                   Kernel::BlockScaledSm90ThreeWgSmemEpi, Kernel::BlockScaledSm90ThreeWgOrdered}) {
+  for (Kernel k : {Kernel::PostScaleSm90, Kernel::PostScaleMma, Kernel::BlockScaledSm90, Kernel::BlockScaledMma}) {
     SCOPED_TRACE(kernel_name(k));
     const Scheme s = (k == Kernel::PostScaleSm90 || k == Kernel::PostScaleMma) ? Scheme::PostScale : Scheme::Token128;
     Problem p(s, 64, 128, 40, {});  // K % 16 != 0
