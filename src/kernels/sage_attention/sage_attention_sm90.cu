@@ -11,7 +11,8 @@
 //   dense   one K/V pipe shared by both consumers (128 query rows per CTA), 4 stages
 //   sparse  one pipe per consumer (each 64-row query block has its own LUT row), 3 stages each
 // The producer hands each stage's K scales and tile index over in shared
-// memory; each consumer overlaps P̃·V of tile j with the softmax of j+1.
+// memory; each consumer overlaps P̃·V of tile j with the row max of j+1, then
+// folds it beside the exp2 of j+1.
 // Per 128-key tile and consumer:
 //   S = Q·Kᵀ      wgmma m64n128k32 s8 (D/32 of them), INT32 in registers
 //   dequant       float(S)·(sq·scale·log2 e)·sk (sk per 64 keys)
@@ -306,22 +307,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
 
     // The online softmax of the tile in acc_s, from its meta (K scales and
-    // tile index from shared memory: no global load). Each row-half maximum
-    // is 2 interleaved chains of 8 FMNMX (exact in any order) and each row sum
-    // 4 chains of 8 FADD combined as a tree (only the fp32 rounding order
-    // changes). Wider trees were tried: their temporaries (8 per row half
-    // beside the 64 live scores) made ptxas spill.
+    // tile index from shared memory: no global load), in two phases so that
+    // the wait for P̃·V of the previous tile and its fold (64 FFMA) sit
+    // between them: scores_and_max (scores to fp32, row maxima) and
+    // exp_and_sum (running max, α, P̃ = exp2, row sums). ptxas hoists a
+    // WARPGROUP.DEPBAR to the top of its basic block; scores_and_max ends in
+    // a branch merge (full / partial tile), so the wait lands after the row
+    // max and the fold's FFMAs interleave with the MUFU-bound exp phase
+    // instead of running after it.
+    // Each row-half maximum is 2 interleaved chains of 8 FMNMX (exact in any
+    // order) and each row sum 4 chains of 8 FADD combined as a tree (only the
+    // fp32 rounding order changes). Wider trees were tried: their temporaries
+    // (8 per row half beside the 64 live scores) made ptxas spill.
     // A LUT entry outside [0, KB) comes as tile n_ktiles (see the producer):
     // no valid column, so it goes through the partial-tile path with every
     // score at -inf, P̃ = 0, and the running max unchanged; the guard below
     // keeps a row that has seen no key yet (m = -inf) free of inf - inf.
-    // softmax_rest (row max, exp2, row sums of the scaled scores in sf) is
-    // instantiated in both the full- and the partial-tile branch: ptxas
-    // hoists a WARPGROUP.DEPBAR to the top of its basic block, and with one
-    // shared tail after the branch merge the wait for P̃·V of j landed before
-    // the row max, so the exp phase ran after P̃·V instead of beside it.
     float sf[kBK / 2];
-    auto softmax_rest = [&](float c_lo0, float c_lo1, float c_hi0, float c_hi1, float& alpha_lo, float& alpha_hi) {
+    // The scale of score i: lo / hi by row half (i & 2), 0 / 1 by 64-key half (i / 32).
+    struct TileScale {
+      float lo0, lo1, hi0, hi1;
+    };
+    auto row_max = [&](const TileScale& c, float& mx_lo, float& mx_hi) {
       // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
       float a[4][2];  // [lo0, hi0, lo1, hi1][chain]
       CUTE_UNROLL
@@ -341,12 +348,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // c >= 0, so the row max of c·x is c times the max of x per half; a -inf
       // half (partial tile) has c = 1.
-      float mx_lo = fmaxf(fmaxf(a[0][0], a[0][1]) * c_lo0, fmaxf(a[2][0], a[2][1]) * c_lo1);
-      float mx_hi = fmaxf(fmaxf(a[1][0], a[1][1]) * c_hi0, fmaxf(a[3][0], a[3][1]) * c_hi1);
+      mx_lo = fmaxf(fmaxf(a[0][0], a[0][1]) * c.lo0, fmaxf(a[2][0], a[2][1]) * c.lo1);
+      mx_hi = fmaxf(fmaxf(a[1][0], a[1][1]) * c.hi0, fmaxf(a[3][0], a[3][1]) * c.hi1);
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
       mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
       mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
       mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+    };
+    // Phase 1: scores of the tile in acc_s to fp32 (sf) and the tile's row
+    // maxima; c: the scale each score still needs (1 on a partial tile, whose
+    // masked columns are -inf and whose scale is applied here).
+    auto scores_and_max = [&](float4 meta, TileScale& c, float& mx_lo, float& mx_hi) {
+      const int t = __float_as_int(meta.z);
+      const int valid = p.len_kv - t * kBK;
+      c = TileScale{qs_lo * meta.x, qs_lo * meta.y, qs_hi * meta.x, qs_hi * meta.y};
+      if (valid >= kBK) {
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+        row_max(c, mx_lo, mx_hi);
+        return;
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 2; ++i) {
+        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
+        const float cc = (i & 2) ? (jn < 8 ? c.hi0 : c.hi1) : (jn < 8 ? c.lo0 : c.lo1);
+        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
+      }
+      c = TileScale{1.f, 1.f, 1.f, 1.f};
+      row_max(c, mx_lo, mx_hi);
+    };
+    // Phase 2: running max, α, P̃ = exp2(x·c - (m - log2 448)) in place in sf,
+    // row sums.
+    auto exp_and_sum = [&](const TileScale& c, float mx_lo, float mx_hi, float& alpha_lo, float& alpha_hi) {
       const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
       // Sparse: m stays -inf through LUT entries outside [0, KB) at the start
       // of a row; 0 stands in for it there (α = 0 on O = 0, P̃ = exp2(-inf) = 0).
@@ -362,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       CUTE_UNROLL
       for (int i = 0; i < kBK / 2; i += 4) {
         const int hf = i / (kBK / 4);
-        const float cl = hf == 0 ? c_lo0 : c_lo1, ch = hf == 0 ? c_hi0 : c_hi1;
+        const float cl = hf == 0 ? c.lo0 : c.lo1, ch = hf == 0 ? c.hi0 : c.hi1;
         sf[i] = fast_exp2(fmaf(sf[i], cl, -o_lo));
         sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -o_hi));
         sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -o_lo));
@@ -378,25 +411,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
       l_lo = fmaf(l_lo, alpha_lo, sum_lo);
       l_hi = fmaf(l_hi, alpha_hi, sum_hi);
-    };
-    auto softmax = [&](float4 meta, float& alpha_lo, float& alpha_hi) {
-      const int t = __float_as_int(meta.z);
-      const int valid = p.len_kv - t * kBK;
-      const float c_lo0 = qs_lo * meta.x, c_lo1 = qs_lo * meta.y, c_hi0 = qs_hi * meta.x, c_hi1 = qs_hi * meta.y;
-      if (valid >= kBK) {
-        CUTE_UNROLL
-        for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
-        softmax_rest(c_lo0, c_lo1, c_hi0, c_hi1, alpha_lo, alpha_hi);
-        return;
-      }
-      // Partial tile: masked columns at -inf, the scale applied first (c = 1).
-      CUTE_UNROLL
-      for (int i = 0; i < kBK / 2; ++i) {
-        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
-        const float cc = (i & 2) ? (jn < 8 ? c_hi0 : c_hi1) : (jn < 8 ? c_lo0 : c_lo1);
-        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
-      }
-      softmax_rest(1.f, 1.f, 1.f, 1.f, alpha_lo, alpha_hi);
     };
 
     // P̃ (in sf) to e4m3 in the A-fragment order: k-step ks covers n-chunks
@@ -438,43 +452,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_qk(0);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
-    softmax(meta_next, alpha_lo, alpha_hi);
-    // P̃·V of tile j runs on the tensor cores while the softmax of j+1 and its
-    // P̃ pack run (ptxas -v: no spills in the loop, no C7514). Tried and
-    // dropped: issuing Q·Kᵀ of j+2 before the accumulation of j (its commit
-    // group waited for in the next iteration, or the accumulation moved after
-    // it: ptxas serialized every wgmma (C7514) or spilled ~600 bytes); folding
-    // P̃·V of two tiles at a time behind a lazily moved running max (a
-    // warpgroup-wide vote per tile, bar.red.or, and two P̃ fragments): 7%
-    // slower on the H200 (9.12 vs 8.49 ms at 1x12x32760x128, 2026-11-30).
-    // opaque_zero: 0 from a register ptxas cannot know (the dynamic shared
-    // memory size is below 2^30 bytes).
-    uint32_t opaque_zero;
-    asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(opaque_zero));
-    opaque_zero >>= 30;
+    {
+      TileScale c;
+      float mx_lo, mx_hi;
+      scores_and_max(meta_next, c, mx_lo, mx_hi);
+      exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
+    }
     pack_to(preg);
+    // P̃·V of tile j runs on the tensor cores while the row max of j+1 is
+    // computed; its wait and fold then run beside the exp2 of j+1, and P̃ of
+    // j+1 is packed straight into the wgmma operand registers (no P̃·V is in
+    // flight by then). ptxas -v: no spills, no C7514 (wgmma serialization).
+    // Tried and dropped: issuing Q·Kᵀ of j+2 before the accumulation of j
+    // (its commit group waited for in the next iteration, or the accumulation
+    // moved after it: ptxas serialized every wgmma (C7514) or spilled ~600
+    // bytes); folding P̃·V of two tiles at a time behind a lazily moved
+    // running max (a warpgroup-wide vote per tile, bar.red.or, and two P̃
+    // fragments): 7% slower on the H200 (9.12 vs 8.49 ms at 1x12x32760x128,
+    // 2026-11-30); the whole softmax before the wait, P̃ packed into 16
+    // registers of its own and moved into the operand after it (the session-4
+    // default).
     for (int j = 0; j < n - 1; ++j) {
       issue_qk(j + 1);
       issue_pv(j);
       warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
       warpgroup_fence_operand(acc_s);
-      float next_lo, next_hi;
-      softmax(meta_next, next_lo, next_hi);
-      // P̃ of j+1 packed to e4m3 now, into 32 registers of its own (P̃·V of
-      // j still reads preg): 32 live values across the wait instead of 64
-      // floats, which is what lets the softmax sit before the wait without
-      // spilling; moved into the wgmma operand after the wait. ptxas
-      // serializes every wgmma if an operand register of a wgmma is written
-      // while wgmmas are in flight, and it coalesces a plain copy into the
-      // pack (same thing), so the move is an add of opaque_zero: 32 IADDs.
-      uint32_t pk[kBK / 4];
-      pack_to(pk);
-      warpgroup_wait<0>();
-      CUTE_UNROLL
-      for (int i = 0; i < kBK / 4; ++i) preg[i] = pk[i] + opaque_zero;
+      TileScale c;
+      float mx_lo, mx_hi;
+      scores_and_max(meta_next, c, mx_lo, mx_hi);
+      warpgroup_wait<0>();  // P̃·V of j
       finish_tile(j, alpha_lo, alpha_hi);
-      alpha_lo = next_lo;
-      alpha_hi = next_hi;
+      exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      pack_to(preg);
     }
     issue_pv(n - 1);
     warpgroup_wait<0>();
