@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -135,6 +136,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
   constexpr int kStages = C::kStages;
   constexpr bool kSparse = kPipes == 2;
+  // The softmax's max phase (see row_max below): 0, the scores converted to
+  // fp32 before a float row max; 1, the row max over the INT32 scores
+  // (VIMNMX3) and the conversion inside the exp phase. Measured side by side
+  // on the H200 (docs/benchmarks.md, session 5): 1 is 4-5% slower on the
+  // dense kernel (7.94 vs 8.32 ms at 1x12x32760x128) and 4% faster on the
+  // sparse one (1.147 vs 1.193 ms at topk 0.1, 17.5 vs 18.4 ms at 1x40x75600).
+  constexpr int kSoftmax = kSparse ? 1 : 0;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   using Meta = MetaShared<D, C::kAllStages>;
@@ -309,26 +317,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The online softmax of the tile in acc_s, from its meta (K scales and
     // tile index from shared memory: no global load), in two phases so that
     // the wait for P̃·V of the previous tile and its fold (64 FFMA) sit
-    // between them: scores_and_max (scores to fp32, row maxima) and
-    // exp_and_sum (running max, α, P̃ = exp2, row sums). ptxas hoists a
-    // WARPGROUP.DEPBAR to the top of its basic block; scores_and_max ends in
-    // a branch merge (full / partial tile), so the wait lands after the row
-    // max and the fold's FFMAs interleave with the MUFU-bound exp phase
-    // instead of running after it.
-    // Each row-half maximum is 2 interleaved chains of 8 FMNMX (exact in any
-    // order) and each row sum 4 chains of 8 FADD combined as a tree (only the
-    // fp32 rounding order changes). Wider trees were tried: their temporaries
+    // between them:
+    //   max phase    the tile's row maxima (kSoftmax, set above):
+    //                0 (dense)  scores_and_max: the scores to fp32 in sf
+    //                           (I2F), then 2 interleaved chains of 8 FMNMX
+    //                           per row and 64-key half;
+    //                1 (sparse) row_max: from the INT32 scores in place
+    //                           (c ≥ 0, so max(c·x) = c·max(x), and
+    //                           float(max x) = max float(x)), 16 values a tree
+    //                           of 8 VIMNMX3 (Hopper's 3-way integer max, DPX);
+    //                           the I2Fs wait for the exp phase;
+    //   exp_phase    the fold of the previous tile, (1: the scores to fp32,)
+    //                running max, α, P̃ = exp2, row sums, P̃ to e4m3.
+    // ptxas hoists a WARPGROUP.DEPBAR to the top of its basic block: the
+    // wait for P̃·V sits between the two phases (the max phase ends in a
+    // branch merge, full / partial tile), and the fold's FFMAs (and, for 1,
+    // the I2Fs) land in the exp phase's basic block with the MUFU-bound exp2
+    // (for 1, exp_phase is instantiated in both the full- and the
+    // partial-tile branch for that reason).
+    // Each row sum is 4 chains of 8 FADD combined as a tree (only the fp32
+    // rounding order changes). Wider trees were tried: their temporaries
     // (8 per row half beside the 64 live scores) made ptxas spill.
-    // A LUT entry outside [0, KB) comes as tile n_ktiles (see the producer):
-    // no valid column, so it goes through the partial-tile path with every
-    // score at -inf, P̃ = 0, and the running max unchanged; the guard below
-    // keeps a row that has seen no key yet (m = -inf) free of inf - inf.
+    // Partial tile: 0 puts masked columns at -inf and applies the scale in
+    // the max phase (c = 1 after it); 1 counts them as INT_MIN in the max
+    // (below any INT8 dot product; a row half with none valid gives -inf)
+    // and does the same in exp_phase. A LUT entry outside [0, KB) comes as
+    // tile n_ktiles (see the producer): no valid column, so every score is
+    // -inf, P̃ = 0, and the running max unchanged; the guard below keeps a
+    // row that has seen no key yet (m = -inf) free of inf - inf.
     float sf[kBK / 2];
     // The scale of score i: lo / hi by row half (i & 2), 0 / 1 by 64-key half (i / 32).
     struct TileScale {
       float lo0, lo1, hi0, hi1;
     };
-    auto row_max = [&](const TileScale& c, float& mx_lo, float& mx_hi) {
+    // kSoftmax 0: the row max over the fp32 scores in sf.
+    auto row_max_f = [&](const TileScale& c, float& mx_lo, float& mx_hi) {
       // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
       float a[4][2];  // [lo0, hi0, lo1, hi1][chain]
       CUTE_UNROLL
@@ -365,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (valid >= kBK) {
         CUTE_UNROLL
         for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
-        row_max(c, mx_lo, mx_hi);
+        row_max_f(c, mx_lo, mx_hi);
         return;
       }
       CUTE_UNROLL
@@ -375,10 +398,43 @@ __global__ void __launch_bounds__(kThreads, 1)
         sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
       }
       c = TileScale{1.f, 1.f, 1.f, 1.f};
-      row_max(c, mx_lo, mx_hi);
+      row_max_f(c, mx_lo, mx_hi);
     };
-    // Phase 2: running max, α, P̃ = exp2(x·c - (m - log2 448)) in place in sf,
-    // row sums.
+    // Max of the 16 values of group g (0..3: lo0, hi0, lo1, hi1; value i has
+    // column chunk i / 4, row half i & 2, element i & 1) of v(i).
+    auto group_max = [&](int g, auto v) {
+      const int b = 32 * (g / 2) + 2 * (g % 2);
+      auto at = [&](int k) { return v(b + 4 * (k / 2) + (k & 1)); };  // k-th of the group's 16
+      const int m0 = __vimax3_s32(at(0), at(1), at(2)), m1 = __vimax3_s32(at(3), at(4), at(5));
+      const int m2 = __vimax3_s32(at(6), at(7), at(8)), m3 = __vimax3_s32(at(9), at(10), at(11));
+      const int m4 = __vimax3_s32(at(12), at(13), at(14));
+      return max(__vimax3_s32(m0, m1, m2), __vimax3_s32(m3, m4, at(15)));
+    };
+    auto row_max = [&](float4 meta, TileScale& c, int& valid, float& mx_lo, float& mx_hi) {
+      const int t = __float_as_int(meta.z);
+      valid = p.len_kv - t * kBK;
+      c = TileScale{qs_lo * meta.x, qs_lo * meta.y, qs_hi * meta.x, qs_hi * meta.y};
+      int a[4];
+      if (valid >= kBK) {
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g) a[g] = group_max(g, [&](int i) { return int(acc_s(i)); });
+      } else {
+        CUTE_UNROLL
+        for (int g = 0; g < 4; ++g)
+          a[g] = group_max(g, [&](int i) {
+            const int col = (i / 4) * 8 + 2 * tq + (i & 1);
+            return col >= valid ? INT_MIN : int(acc_s(i));
+          });
+      }
+      auto scaled = [](int x, float cc) { return x == INT_MIN ? -INFINITY : float(x) * cc; };
+      mx_lo = fmaxf(scaled(a[0], c.lo0), scaled(a[2], c.lo1));
+      mx_hi = fmaxf(scaled(a[1], c.hi0), scaled(a[3], c.hi1));
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+    };
+    // Running max, α, P̃ = exp2(x·c - (m - log2 448)) in place in sf, row sums.
     auto exp_and_sum = [&](const TileScale& c, float mx_lo, float mx_hi, float& alpha_lo, float& alpha_hi) {
       const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
       // Sparse: m stays -inf through LUT entries outside [0, KB) at the start
@@ -448,42 +504,78 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
     };
 
+    // Phase 2 of the softmax of the tile in acc_s (row_max done, P̃·V of the
+    // previous tile complete): fold the previous tile (fold_prev), scores to
+    // fp32 (a partial tile's masked columns at -inf and its scale applied
+    // here, c = 1), exp2 and sums, P̃ packed straight into the wgmma operand
+    // registers (no P̃·V is in flight by then).
+    auto exp_phase = [&](int j_prev, bool fold_prev, TileScale c, int valid, float mx_lo, float mx_hi, float& alpha_lo,
+                         float& alpha_hi) {
+      if constexpr (kSoftmax == 0) {  // scores already in sf
+        if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
+        exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        pack_to(preg);
+        return;
+      }
+      if (valid >= kBK) {
+        if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
+        CUTE_UNROLL
+        for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
+        exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        pack_to(preg);
+        return;
+      }
+      if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 2; ++i) {
+        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
+        const float cc = (i & 2) ? (jn < 8 ? c.hi0 : c.hi1) : (jn < 8 ? c.lo0 : c.lo1);
+        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
+      }
+      exp_and_sum(TileScale{1.f, 1.f, 1.f, 1.f}, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      pack_to(preg);
+    };
+
+    auto max_phase = [&](float4 meta, TileScale& c, int& valid, float& mx_lo, float& mx_hi) {
+      if constexpr (kSoftmax == 0) {
+        valid = kBK;
+        scores_and_max(meta, c, mx_lo, mx_hi);
+      } else {
+        row_max(meta, c, valid, mx_lo, mx_hi);
+      }
+    };
+
     float alpha_lo, alpha_hi;
     issue_qk(0);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
     {
       TileScale c;
+      int valid;
       float mx_lo, mx_hi;
-      scores_and_max(meta_next, c, mx_lo, mx_hi);
-      exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      max_phase(meta_next, c, valid, mx_lo, mx_hi);
+      exp_phase(0, false, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
     }
-    pack_to(preg);
     // P̃·V of tile j runs on the tensor cores while the row max of j+1 is
-    // computed; its wait and fold then run beside the exp2 of j+1, and P̃ of
-    // j+1 is packed straight into the wgmma operand registers (no P̃·V is in
-    // flight by then). ptxas -v: no spills, no C7514 (wgmma serialization).
-    // Tried and dropped: issuing Q·Kᵀ of j+2 before the accumulation of j
-    // (its commit group waited for in the next iteration, or the accumulation
-    // moved after it: ptxas serialized every wgmma (C7514) or spilled ~600
-    // bytes); folding P̃·V of two tiles at a time behind a lazily moved
-    // running max (a warpgroup-wide vote per tile, bar.red.or, and two P̃
-    // fragments): 7% slower on the H200 (9.12 vs 8.49 ms at 1x12x32760x128,
-    // 2026-11-30); the whole softmax before the wait, P̃ packed into 16
-    // registers of its own and moved into the operand after it (the session-4
-    // default).
+    // computed; its wait and fold then run beside the exp2 of j+1. ptxas -v:
+    // no spills, no C7514 (wgmma serialization).
+    // Tried and dropped (figures in docs/benchmarks.md): issuing Q·Kᵀ of j+2
+    // before the exp2 of j+1, after the fold of j (the fold then runs before
+    // the exp phase; 3% slower on the H200); issuing it before the fold
+    // (ptxas serialized every wgmma or spilled ~600 bytes); folding P̃·V of
+    // two tiles at a time behind a lazily moved running max (a
+    // warpgroup-wide vote per tile, bar.red.or): 7% slower.
     for (int j = 0; j < n - 1; ++j) {
       issue_qk(j + 1);
       issue_pv(j);
       warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
       warpgroup_fence_operand(acc_s);
       TileScale c;
+      int valid;
       float mx_lo, mx_hi;
-      scores_and_max(meta_next, c, mx_lo, mx_hi);
+      max_phase(meta_next, c, valid, mx_lo, mx_hi);
       warpgroup_wait<0>();  // P̃·V of j
-      finish_tile(j, alpha_lo, alpha_hi);
-      exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
-      pack_to(preg);
+      exp_phase(j, true, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
     }
     issue_pv(n - 1);
     warpgroup_wait<0>();
