@@ -122,9 +122,10 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
       }, stream),
       quant_bytes + 4.0 * double(M), copy_gbps);
   // Every token128 variant side by side: ln_mod_quant_token128 is the
-  // one-row kernel (Auto above dim 2048), _warps / _warps_lean / _pairs /
-  // _pairs_reload the LnQuantTokenRows variants (_warps_lean: Auto up to
-  // 2048). _warps (WarpRows: a row per warp, bit-identical to the default),
+  // one-row kernel, _warps / _warps_lean / _pairs / _pairs_reload the
+  // LnQuantTokenRows variants (_pairs_reload: Auto since session 5 where it
+  // takes the rows; elsewhere _warps_lean up to 2048, the one-row kernel
+  // above). _warps (WarpRows: a row per warp, bit-identical to the default),
   // predicted from ~16 (1536) / ~19.5 (5120) instructions per element (SASS)
   // against ~34.6 measured for the default: 88-93% / 85-92% of copy;
   // measured 66-67% / 57%. _warps_lean (28 warps per SM; 1536 only, 5120

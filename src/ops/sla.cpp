@@ -72,9 +72,15 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   if (options.fused.value_or(false)) {
     if (p.score_kernel == kernels::SlaScoreKernel::Auto) p.score_kernel = kernels::SlaScoreKernel::Tiled;
     if (p.linear_kernels == kernels::SlaLinearKernels::Auto) {
+      // TD_SLA_LINEAR=persist|staged, else by size: the persistent apply
+      // (bit-identical to Staged) won at 1x40x75600 in all five H200 runs of
+      // 2026-11-30 session 5 (20.25-20.65 ms against 20.82-21.93 for the whole
+      // SageSLA layer at topk 0.1) and lost at 1x12x32760 (1.58-1.63 against
+      // 1.55-1.60 ms); the threshold, 2^21 token-heads, lies between the two
+      // measured shapes.
       const char* env = std::getenv("TD_SLA_LINEAR");
-      p.linear_kernels = env && std::strcmp(env, "persist") == 0 ? kernels::SlaLinearKernels::StagedPersist
-                                                                  : kernels::SlaLinearKernels::Staged;
+      const bool persist = env ? std::strcmp(env, "persist") == 0 : p.batch * p.heads * p.len >= (int64_t(1) << 21);
+      p.linear_kernels = persist ? kernels::SlaLinearKernels::StagedPersist : kernels::SlaLinearKernels::Staged;
     }
   }
   return p;

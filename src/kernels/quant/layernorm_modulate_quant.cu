@@ -728,8 +728,8 @@ Status launch_token128_pairs(const LnArgs& a, bool reload, cudaStream_t s) {
 
 // The token128 kernel that LnQuantTokenRows::Auto means:
 // TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload (read per
-// call, for A/B in benchmarks), else WarpRowsLean up to dim 2048 and the
-// one-row kernel above (measured, below). The Two / Four rows-per-CTA
+// call, for A/B in benchmarks), else PairRowsReload where it takes the rows,
+// WarpRowsLean up to dim 2048 and the one-row kernel above (measured, below). The Two / Four rows-per-CTA
 // kernels (45-53% of copy), the persistent WarpTeams kernel (47.8-58.7%)
 // and WarpRowsPrefetch (64.6-65.8%), all slower than WarpRowsLean / One on
 // the H200 (2026-11-30), were removed.
@@ -754,13 +754,17 @@ int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
     if (std::strcmp(e, "pairs_reload") == 0) return kPairRowsReload;
     if (std::strcmp(e, "1") == 0) return kOneRow;
   }
-  // Measured on the H200 (2026-11-30, bench_quant_rope, fraction of copy):
-  // WarpRowsLean 67.6% against the one-row kernel's 59.3% at 32760x1536; at
-  // 75600x5120 the one-row kernel is ahead (59.7% against 56.5-57.2% for the
-  // WarpRows family). Bit-identical codes and scales; GPU tests passed. Both
-  // are below issue 3's 90%.
-  return dim <= 2048 ? kWarpRowsLean : kOneRow;
+  // Measured on the H200 (2026-11-30, bench_quant_rope, fraction of copy at
+  // 32760x1536 / 75600x5120): PairRowsReload 77.2% / 65.3%, PairRows 76.3% /
+  // 61.4%, WarpRowsLean 67.6% / 57.8%, the one-row kernel 59.3% / 59.7%; the
+  // pair kernels' GPU tests passed on the final code (2026-11-30, session 5).
+  // Rows the pair kernels do not take (fp32 x, dim % 512 != 0) go to
+  // auto_fallback_token_rows. All are below issue 3's 90%.
+  return kPairRowsReload;
 }
+// Where Auto's pair kernel does not take the rows: WarpRowsLean up to dim
+// 2048 (bit-identical to One), One above.
+int auto_fallback_token_rows(int64_t dim) { return dim <= 2048 ? kWarpRowsLean : kOneRow; }
 
 constexpr int kBlockCtaThreads = 512;
 constexpr int kMaxTeams = 15;  // named barriers 1..15
@@ -1063,14 +1067,18 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
   if (ld_scales < rows || rows > 0x7fffffff) return Status::InvalidArgument;
   const RowPlan plan = plan_row(dim / 8);
   if (plan.threads == 0) return Status::InvalidArgument;
-  const int R = resolve_token_rows(rows_per_cta, dim);
+  int R = resolve_token_rows(rows_per_cta, dim);
   auto s = static_cast<cudaStream_t>(stream);
   if (R == kPairRows || R == kPairRowsReload) {
     const Status st = dispatch_act_type(x_type, [&](auto tag) {
       return launch_token128_pairs<typename decltype(tag)::type>(a, R == kPairRowsReload, s);
     });
     if (st != Status::Unsupported) return st;
-  }  // fp32 rows, dims not a multiple of 512, teams of > 8 warps: the one-row kernel below
+    // fp32 rows, dims not a multiple of 512, teams of > 8 warps: an explicit
+    // PairRows(Reload) runs the one-row kernel below, Auto its fallback.
+    const bool from_auto = rows_per_cta == LnQuantTokenRows::Auto && std::getenv("TURBODIFF_LNQ_TOKEN_ROWS") == nullptr;
+    R = from_auto ? auto_fallback_token_rows(dim) : kOneRow;
+  }
   if (R == kWarpRows || R == kWarpRowsLean) {
     // The default's plan fixes the statistics' order (bit-identity); rows
     // whose plan has more than 5 warps or whose raw row would not fit the

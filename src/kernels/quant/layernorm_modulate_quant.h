@@ -83,7 +83,8 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               statistics: 80 registers instead of 128 (24 warps per SM
 //               instead of 16). Same results as PairRows.
 //   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload
-//               if set, else WarpRowsLean up to dim 2048, One above.
+//               if set, else PairRowsReload where it takes the rows (16-bit x,
+//               dim % 512 == 0), WarpRowsLean up to dim 2048, One above.
 //   (Two / Four rows per CTA, WarpTeams and WarpRowsPrefetch measured slower
 //   than WarpRowsLean / One on the H200 and were removed.)
 enum class LnQuantTokenRows { Auto, One, WarpRows, WarpRowsLean, PairRows, PairRowsReload };
