@@ -350,6 +350,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     struct TileScale {
       float lo0, lo1, hi0, hi1;
     };
+    // A partial tile's scores to fp32 in sf: masked columns at -inf, the
+    // scale c applied here (the caller goes on with c = 1).
+    auto partial_scores = [&](const TileScale& c, int valid) {
+      CUTE_UNROLL
+      for (int i = 0; i < kBK / 2; ++i) {
+        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
+        const float cc = (i & 2) ? (jn < 8 ? c.hi0 : c.hi1) : (jn < 8 ? c.lo0 : c.lo1);
+        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
+      }
+    };
     // kSoftmax 0: the row max over the fp32 scores in sf.
     auto row_max_f = [&](const TileScale& c, float& mx_lo, float& mx_hi) {
       // Value i: column chunk jn = i / 4 (half jn / 8), row hi = i & 2, element i & 1.
@@ -391,12 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         row_max_f(c, mx_lo, mx_hi);
         return;
       }
-      CUTE_UNROLL
-      for (int i = 0; i < kBK / 2; ++i) {
-        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
-        const float cc = (i & 2) ? (jn < 8 ? c.hi0 : c.hi1) : (jn < 8 ? c.lo0 : c.lo1);
-        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
-      }
+      partial_scores(c, valid);
       c = TileScale{1.f, 1.f, 1.f, 1.f};
       row_max_f(c, mx_lo, mx_hi);
     };
@@ -526,12 +531,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
       }
       if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
-      CUTE_UNROLL
-      for (int i = 0; i < kBK / 2; ++i) {
-        const int jn = i / 4, col = jn * 8 + 2 * tq + (i & 1);
-        const float cc = (i & 2) ? (jn < 8 ? c.hi0 : c.hi1) : (jn < 8 ? c.lo0 : c.lo1);
-        sf[i] = col >= valid ? -INFINITY : float(acc_s(i)) * cc;
-      }
+      partial_scores(c, valid);
       exp_and_sum(TileScale{1.f, 1.f, 1.f, 1.f}, mx_lo, mx_hi, alpha_lo, alpha_hi);
       pack_to(preg);
     };
