@@ -69,7 +69,12 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   p.topk_algo = options.topk_algo;
   p.score_kernel = options.score_kernel;
   p.linear_kernels = options.linear_kernels;
-  if (options.fused.value_or(false)) {
+  // The fused pipeline runs unless turned off (options.fused = false, or
+  // TD_SLA_FUSED=0 with options.fused unset: see sla_cuda), so its Auto
+  // choices below hold for the model's calls too (options.fused unset).
+  const char* fused_env = std::getenv("TD_SLA_FUSED");
+  const bool fused_pipeline = options.fused ? *options.fused : !(fused_env && std::strcmp(fused_env, "0") == 0);
+  if (fused_pipeline) {
     if (p.score_kernel == kernels::SlaScoreKernel::Auto) p.score_kernel = kernels::SlaScoreKernel::Tiled;
     if (p.linear_kernels == kernels::SlaLinearKernels::Auto) {
       // TD_SLA_LINEAR=persist|staged, else by size: the persistent apply

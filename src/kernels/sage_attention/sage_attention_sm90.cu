@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -80,6 +81,7 @@ struct Sm90Config {
     alignas(1024) int8_t k[cosize_v<SmemK>];
     alignas(1024) float_e4m3_t v[cosize_v<SmemV>];
     alignas(8) uint64_t q_full[2];
+    alignas(8) uint64_t q_empty[2];  // released by the 4 warps of consumer c
     alignas(8) uint64_t full[kAllStages];
     alignas(8) uint64_t empty[kAllStages];
   };
@@ -126,11 +128,18 @@ __device__ __forceinline__ float4 ld_shared_f4(const void* ptr) {
 }
 
 // One CTA: warpgroup 0 produces, warpgroups 1 and 2 consume (64 query rows each).
+// Persistent: CTA i runs the units (a head's 128-row query tile) i, i + grid,
+// i + 2·grid, ... (unit u: tile u % qtiles of head-batch u / qtiles, the
+// order of the former one-CTA-per-unit grid, so concurrently running units
+// share K/V in L2 as before). The K/V stage ring runs on across units and Q
+// has two slots per consumer, so a unit's Q and first K/V tiles load while
+// the previous unit's last tiles and epilogue run: the per-unit start-up
+// (Q and LUT latency, pipe fill) that a fresh CTA pays is hidden.
 template <int D, int kPipes, int kStagesPerPipe>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
-                     const __grid_constant__ typename Sm90Traits<D>::TmaV tma_v) {
+                     const __grid_constant__ typename Sm90Traits<D>::TmaV tma_v, int n_bh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Sm90Traits<D>;
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
@@ -147,26 +156,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   using Meta = MetaShared<D, C::kAllStages>;
   Meta& ms = *reinterpret_cast<Meta*>(smem_raw + sizeof(typename C::Shared));
-  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int bh = b * p.heads + h;
+  // wg through a shuffle: the compiler then knows it is warp-uniform and keeps
+  // what derives from it (the consumer's Q descriptors) in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n_ktiles = (p.len_kv + kBK - 1) / kBK;
-  // Query block (64 rows) of consumer c; whether it exists.
-  auto qblock_of = [&](int c) { return 2 * int(blockIdx.x) + c; };
-  auto qblock_valid = [&](int c) { return qblock_of(c) * kBQ < p.len_q; };
-  // Tiles of pipe `pipe`: count and the j-th tile (-1: none, e.g. a bad LUT entry).
-  auto n_tiles_of = [&](int pipe) { return kSparse ? (qblock_valid(pipe) ? p.n_sel : 0) : n_ktiles; };
-  auto tile_at = [&](int pipe, int j) -> int {
+  const int qtiles = p.lq_pad / (2 * kBQ);
+  const int n_units = n_bh * qtiles;
+  // Unit u: head-batch bh = u / qtiles; consumer c's query block (64 rows),
+  // whether it exists; the tiles of pipe `pipe` for it: count and the j-th
+  // tile (-1: none, e.g. a bad LUT entry).
+  auto bh_of = [&](int u) { return u / qtiles; };
+  auto qblock_of = [&](int u, int c) { return 2 * (u % qtiles) + c; };
+  auto qblock_valid = [&](int u, int c) { return qblock_of(u, c) * kBQ < p.len_q; };
+  auto n_tiles_of = [&](int u, int pipe) { return kSparse ? (qblock_valid(u, pipe) ? p.n_sel : 0) : n_ktiles; };
+  auto tile_at = [&](int u, int pipe, int j) -> int {
     if constexpr (!kSparse) {
       return j;
     } else {
-      const int t = __ldg(p.lut + (int64_t(bh) * p.n_qblocks + qblock_of(pipe)) * p.n_sel + j);
+      const int t = __ldg(p.lut + (int64_t(bh_of(u)) * p.n_qblocks + qblock_of(u, pipe)) * p.n_sel + j);
       return (t < 0 || t >= n_ktiles) ? -1 : t;
     }
   };
 
   if (threadIdx.x == 0) {
-    for (int c = 0; c < 2; ++c) cutlass::arch::ClusterTransactionBarrier::init(&sh.q_full[c], 1);
+    for (int c = 0; c < 2; ++c) {
+      cutlass::arch::ClusterTransactionBarrier::init(&sh.q_full[c], 1);
+      cutlass::arch::ClusterBarrier::init(&sh.q_empty[c], 4);  // the 4 warps of consumer c
+    }
     for (int s = 0; s < C::kAllStages; ++s) {
       cutlass::arch::ClusterTransactionBarrier::init(&sh.full[s], 1);
       cutlass::arch::ClusterBarrier::init(&sh.empty[s], kSparse ? 4 : 8);  // consumer warps reading the stage
@@ -194,54 +210,61 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (warp < kPipes) {
       const int pipe = warp;
-      const int BH = int(gridDim.z * gridDim.y);
-      Tensor mQ = tma_q.get_tma_tensor(make_shape(BH * p.lq_pad, D));
-      Tensor mK = tma_k.get_tma_tensor(make_shape(BH * p.lk_pad, D));
-      Tensor mV = tma_v.get_tma_tensor(make_shape(BH * D, p.lk_pad));
-      Tensor gQ = local_tile(mQ, make_shape(Int<kBQ>{}, Int<D>{}), make_coord(_, 0));   // (64, D, q-tiles)
-      Tensor gK = local_tile(mK, make_shape(Int<kBK>{}, Int<D>{}), make_coord(_, 0));   // (128, D, k-tiles)
-      Tensor gV = local_tile(mV, make_shape(Int<D>{}, Int<kBK>{}), make_coord(bh, _));  // (D, 128, k-tiles)
+      Tensor mQ = tma_q.get_tma_tensor(make_shape(n_bh * p.lq_pad, D));
+      Tensor mK = tma_k.get_tma_tensor(make_shape(n_bh * p.lk_pad, D));
+      Tensor mV = tma_v.get_tma_tensor(make_shape(n_bh * D, p.lk_pad));
+      Tensor gQ = local_tile(mQ, make_shape(Int<kBQ>{}, Int<D>{}), make_coord(_, 0));  // (64, D, q-tiles)
+      Tensor gK = local_tile(mK, make_shape(Int<kBK>{}, Int<D>{}), make_coord(_, 0));  // (128, D, k-tiles)
+      Tensor gV = local_tile(mV, make_shape(Int<D>{}, Int<kBK>{}), make_coord(_, _));  // (D, 128, bh, k-tiles)
       auto [tQg, tQs] = tma_partition(tma_q, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       auto [tKg, tKs] = tma_partition(tma_k, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVg, tVs] = tma_partition(tma_v, Int<0>{}, cute::Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      if (lane == 0) {
-        // Q of the consumer(s) this pipe feeds.
-        for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
-          if (kSparse && !qblock_valid(c)) continue;  // its consumer exits at once
-          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
-          copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(c)), tQs(_, c));
-        }
-      }
-      const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
-      const int n = n_tiles_of(pipe);
       int stage = 0;
       uint32_t phase = 0;
-      int t_lane = -1;
-      float2 ks_lane = make_float2(0.f, 0.f);
-      for (int j = 0; j < n; ++j) {
-        if ((j & 31) == 0) {
-          t_lane = j + lane < n ? tile_at(pipe, j + lane) : -1;
-          ks_lane = t_lane >= 0 ? __ldg(reinterpret_cast<const float2*>(kscale + 2 * t_lane)) : make_float2(0.f, 0.f);
-        }
-        const int t = __shfl_sync(0xffffffffu, t_lane, j & 31);
-        const float ks0 = __shfl_sync(0xffffffffu, ks_lane.x, j & 31), ks1 = __shfl_sync(0xffffffffu, ks_lane.y, j & 31);
-        const int s = pipe * kStages + stage;
-        cutlass::arch::ClusterBarrier::wait(&sh.empty[s], phase ^ 1);
+      // Unit k of this CTA: u = blockIdx.x + k·gridDim.x; the Q barriers'
+      // phase is k & 1 (every unit loads Q, also a sparse query block past
+      // len_q: its rows are the pre-pass's zero padding, and its consumer
+      // only waits and releases it).
+      for (int k = 0, u = int(blockIdx.x); u < n_units; ++k, u += int(gridDim.x)) {
+        const int bh = bh_of(u);
+        // Q of the consumer(s) this pipe feeds, once the consumer has released
+        // the previous unit's (its last Q·Kᵀ done).
         if (lane == 0) {
-          // Meta first: the arrive below releases it to the consumers. A LUT
-          // entry outside [0, KB) goes as tile n_ktiles (no valid key) and
-          // loads tile 0: the consumer ignores its scores, but P̃·V (with
-          // P̃ = 0) must read finite values.
-          st_shared_f4(&ms.meta[s], make_float4(ks0, ks1, __int_as_float(t >= 0 ? t : n_ktiles), 0.f));
-          const int tl = t >= 0 ? t : 0;
-          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
-          copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
-          copy(tma_v.with(sh.full[s]), tVg(_, tl), tVs(_, s));
+          for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
+            cutlass::arch::ClusterBarrier::wait(&sh.q_empty[c], uint32_t(k & 1) ^ 1u);
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
+            copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(u, c)), tQs(_, c));
+          }
         }
-        __syncwarp();
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
+        const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
+        const int n = n_tiles_of(u, pipe);
+        int t_lane = -1;
+        float2 ks_lane = make_float2(0.f, 0.f);
+        for (int j = 0; j < n; ++j) {
+          if ((j & 31) == 0) {
+            t_lane = j + lane < n ? tile_at(u, pipe, j + lane) : -1;
+            ks_lane = t_lane >= 0 ? __ldg(reinterpret_cast<const float2*>(kscale + 2 * t_lane)) : make_float2(0.f, 0.f);
+          }
+          const int t = __shfl_sync(0xffffffffu, t_lane, j & 31);
+          const float ks0 = __shfl_sync(0xffffffffu, ks_lane.x, j & 31), ks1 = __shfl_sync(0xffffffffu, ks_lane.y, j & 31);
+          const int s = pipe * kStages + stage;
+          cutlass::arch::ClusterBarrier::wait(&sh.empty[s], phase ^ 1);
+          if (lane == 0) {
+            // Meta first: the arrive below releases it to the consumers. A LUT
+            // entry outside [0, KB) goes as tile n_ktiles (no valid key) and
+            // loads tile 0: the consumer ignores its scores, but P̃·V (with
+            // P̃ = 0) must read finite values.
+            st_shared_f4(&ms.meta[s], make_float4(ks0, ks1, __int_as_float(t >= 0 ? t : n_ktiles), 0.f));
+            const int tl = t >= 0 ? t : 0;
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.full[s], C::kStageBytes);
+            copy(tma_k.with(sh.full[s]), tKg(_, bh * (p.lk_pad / kBK) + tl), tKs(_, s));
+            copy(tma_v.with(sh.full[s]), tVg(_, bh, tl), tVs(_, s));
+          }
+          __syncwarp();
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
       }
     }
@@ -251,12 +274,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1;
     const int pipe = kSparse ? c : 0;
     const int tid = threadIdx.x - 128 * wg;  // 0..127 within the warpgroup
-    // Sparse: a query block past len_q (odd count) has no LUT row; its pipe loads
-    // nothing. Dense: both consumers share the pipe's barriers, so both run
-    // (rows past len_q are zero padding and are not stored).
-    if (kSparse && !qblock_valid(c)) return;
-    const int q0 = qblock_of(c) * kBQ;
-
     typename T::MmaQK mma_qk;
     typename T::MmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
@@ -274,27 +291,48 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
     const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
-    const int64_t row_lo = int64_t(bh) * p.lq_pad + q0 + wrow;
-    const float qs_lo = __ldg(p.qscale + row_lo), qs_hi = __ldg(p.qscale + row_lo + 8);
+    constexpr float kLog2_448 = 8.807354922057604f;
+    int tiles_done = 0;  // this pipe's tiles in earlier units: the stage ring's position
+    for (int k = 0; blockIdx.x + k * gridDim.x < unsigned(n_units); ++k) {
+    const int u = int(blockIdx.x + k * gridDim.x);
+    // Sparse: a query block past len_q (odd count) has no LUT row; its pipe
+    // loads no K/V for it (Q only, released at once). Dense: both consumers
+    // share the pipe's barriers, so both run (rows past len_q are zero
+    // padding and are not stored).
+    if (kSparse && !qblock_valid(u, c)) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], uint32_t(k & 1));
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.q_empty[c]);
+      continue;
+    }
+    float qs_lo, qs_hi;
+    {
+      const int bh = bh_of(u), q0 = qblock_of(u, c) * kBQ;
+      const int64_t row_lo = int64_t(bh) * p.lq_pad + q0 + wrow;
+      qs_lo = __ldg(p.qscale + row_lo);
+      qs_hi = __ldg(p.qscale + row_lo + 8);
+      // The epilogue's V scales and LSE corrections: loaded now, stored to
+      // shared memory after the Q wait (their latency hides behind it) once
+      // every warp of this consumer is past the previous unit's epilogue
+      // (named barrier 3 + c), read after the same barrier at the end.
+      const float vs_mine = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
+      const float qkm_mine = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], uint32_t(k & 1));
+      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
+      if (tid < D) ms.vscale[c][tid] = vs_mine;
+      if (tid < kBQ) ms.qkm[c][tid] = qkm_mine;
+    }
 
     CUTE_UNROLL
     for (int i = 0; i < size(acc_o); ++i) acc_o(i) = 0.f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
-    constexpr float kLog2_448 = 8.807354922057604f;
 
-    // The epilogue's V scales and LSE corrections: loaded now, stored to
-    // shared memory after the Q wait (their latency hides behind it), read
-    // after a warpgroup barrier at the end.
-    {
-      const float vs_mine = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
-      const float qkm_mine = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
-      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], 0);
-      if (tid < D) ms.vscale[c][tid] = vs_mine;
-      if (tid < kBQ) ms.qkm[c][tid] = qkm_mine;
-    }
-    const int n = n_tiles_of(pipe);
-    auto stage_of = [&](int j) { return pipe * kStages + j % kStages; };
-    auto phase_of = [&](int j) { return uint32_t((j / kStages) & 1); };
+    // Tiles are numbered across units (g0 .. g_end - 1): the stage ring's position.
+    const int g0 = tiles_done;
+    tiles_done += n_tiles_of(u, pipe);
+    const int g_last = tiles_done - 1;
+    auto stage_of = [&](int g) { return pipe * kStages + g % kStages; };
+    auto phase_of = [&](int g) { return uint32_t((g / kStages) & 1); };
 
     // The meta (K scales, tile) of the tile whose Q·Kᵀ was issued last, read
     // from shared memory right after its full barrier, used by its softmax.
@@ -545,16 +583,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
 
+    // Q goes back to the producer as soon as the unit's last Q·Kᵀ is complete
+    // (the next unit's Q then loads under this unit's last tile and epilogue).
+    auto release_q = [&]() {
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.q_empty[c]);
+    };
     float alpha_lo, alpha_hi;
-    issue_qk(0);
+    issue_qk(g0);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
+    if (g0 == g_last) release_q();
     {
       TileScale c;
       int valid;
       float mx_lo, mx_hi;
       max_phase(meta_next, c, valid, mx_lo, mx_hi);
-      exp_phase(0, false, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      exp_phase(g0, false, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
     }
     // P̃·V of tile j runs on the tensor cores while the row max of j+1 is
     // computed; its wait and fold then run beside the exp2 of j+1. ptxas -v:
@@ -565,11 +610,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (ptxas serialized every wgmma or spilled ~600 bytes); folding P̃·V of
     // two tiles at a time behind a lazily moved running max (a
     // warpgroup-wide vote per tile, bar.red.or): 7% slower.
-    for (int j = 0; j < n - 1; ++j) {
+    for (int j = g0; j < g_last; ++j) {
       issue_qk(j + 1);
       issue_pv(j);
       warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
       warpgroup_fence_operand(acc_s);
+      if (j + 1 == g_last) release_q();
       TileScale c;
       int valid;
       float mx_lo, mx_hi;
@@ -577,9 +623,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_wait<0>();  // P̃·V of j
       exp_phase(j, true, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
     }
-    issue_pv(n - 1);
+    issue_pv(g_last);
     warpgroup_wait<0>();
-    finish_tile(n - 1, alpha_lo, alpha_hi);
+    finish_tile(g_last, alpha_lo, alpha_hi);
 
     // ---- epilogue ----
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
@@ -590,6 +636,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // This warpgroup's stores of ms.vscale / ms.qkm (named barrier 3 + c) are
     // visible past this point.
     asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
+    const int u_end = int(blockIdx.x + k * gridDim.x);
+    const int bh = bh_of(u_end), b = bh / p.heads, h = bh - b * p.heads;
+    const int q0 = qblock_of(u_end, c) * kBQ;
     const int r_lo = q0 + wrow, r_hi = r_lo + 8;
     __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
     CUTE_UNROLL
@@ -610,6 +659,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + ms.qkm[c][wrow];
       if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + ms.qkm[c][wrow + 8];
     }
+    }  // units
   }
 #endif
 }
@@ -632,13 +682,36 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
                              typename T::template SmemV<1>{}(_, _, 0));
   auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe>;
   static_assert(sizeof(typename C::Shared) % 16 == 0, "MetaShared's float4 follows Shared");
+  static_assert(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>) <= 227 * 1024,
+                "shared memory above the 227 KB an sm_90 CTA can have");
   const int smem = int(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
                                                        std::to_string(smem) + " bytes: " + cudaGetErrorString(e));
-  const dim3 grid{unsigned(ap.lq_pad / (2 * kBQ)), unsigned(pr.heads), unsigned(pr.batch)};
-  kernel<<<grid, kThreads, smem, stream>>>(ap, tma_q, tma_k, tma_v);
+  // Persistent (one CTA per SM, 1 fits, each looping over units) where a
+  // unit has at most 128 key tiles: sparse rows and short keys (cross-
+  // attention), whose per-unit start-up it hides; one CTA per unit for long
+  // dense rows, where the hardware's dynamic CTA scheduling balances the
+  // tail better than the static unit order. Measured on the H200
+  // (2026-11-30, session 6, same run, persistent against one CTA per unit):
+  // sparse topk 0.05 / 0.1 at 1x12x32760 0.693 / 1.106 against 0.733 / 1.144
+  // ms; cross-attention 0.281 against 0.312 ms (1x12x32760x512) and 1.893
+  // against 2.158 (1x40x75600x512); dense self-attention 7.81 / 26.25 /
+  // 137.2 against 7.81 / 26.16 / 136.2 ms. TURBODIFF_SAGE_SM90_PERSIST=0 / 1
+  // forces either (A/B; the results are the same bits).
+  const int64_t units = int64_t(BH) * (ap.lq_pad / (2 * kBQ));
+  const int tiles_per_unit = ap.lut ? ap.n_sel : int((ap.len_kv + kBK - 1) / kBK);
+  int64_t ctas = units;
+  const char* persist = std::getenv("TURBODIFF_SAGE_SM90_PERSIST");
+  const bool persistent = persist ? persist[0] != '0' : tiles_per_unit <= 128;
+  if (persistent) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+        sms > 0)
+      ctas = std::min<int64_t>(units, sms);
+  }
+  kernel<<<unsigned(ctas), kThreads, smem, stream>>>(ap, tma_q, tma_k, tma_v, BH);
   e = cudaGetLastError();
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): launch failed: ") + cudaGetErrorString(e));

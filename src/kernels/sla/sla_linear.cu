@@ -10,10 +10,10 @@
 //      B = V by ldmatrix.trans), fp32 in registers. Σφ(K) of the same rounded
 //      values per lane, then over warps in a fixed order. Output: one fp32
 //      partial [D, D] and [D] per chunk.
-//   2. kv_project: grid (feature row, batch·head), D threads: the partials
-//      summed over chunks in chunk order (deterministic), then the row of
-//      M = (φ(K)ᵀV)·Wᵀ (proj_l folded in: proj_l(o_l) = φ(Q)·M / den + bias),
-//      stored as bf16 for the tensor cores.
+//   2. kv_project: grid (16 feature rows, batch·head), 256 threads: the
+//      partials summed over chunks in chunk order (deterministic), then rows
+//      of M = (φ(K)ᵀV)·Wᵀ (proj_l folded in: proj_l(o_l) = φ(Q)·M / den +
+//      bias), stored as bf16 for the tensor cores.
 //   3. linear_apply: grid (128-token block, head, batch), 8 warps of 16 rows:
 //      φ(Q) in place in shared memory, den = φ(Q)·Σφ(K) + 1e-5 per row, φ(Q)·M
 //      with mma.sync, then o = o_s + acc / den + bias in the epilogue.
@@ -263,82 +263,60 @@ __global__ void __launch_bounds__(KvTraits<D>::kThreads) kv_partial_kernel(const
   }
 }
 
-// kStats (SageSLA's fused path): CTA f == 0 of each (b, h) also turns the K/V
+// Folds load(0), load(1), ... load(n - 1) into an accumulator in that order
+// (the same bits as a plain loop) with kBatch loads in flight instead of
+// one. The chunk partials of the K/V pass come from L2 or HBM; folded one
+// load at a time, a thread's n_chunks (86 at 1x12x32760) loads run back to
+// back at full latency.
+template <int kBatch, typename Load, typename Fold>
+__device__ __forceinline__ void fold_in_order(int n, Load load, Fold fold) {
+  for (int ch0 = 0; ch0 < n; ch0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (ch0 + u < n) v[u] = load(ch0 + u);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (ch0 + u < n) fold(v[u]);
+  }
+}
+constexpr int kFoldBatch = 16;
+
+// kv_project: grid (16 feature rows, batch·head), 256 threads. A CTA sums
+// 16 x D partial entries over the chunks in chunk order (deterministic; 8
+// independent chains per thread, coalesced, 4 chunks' loads in flight), then
+// each thread forms 8 rows of M for one output channel c from the staged
+// rows, W read once per 16 rows. (The first version, a CTA per feature row
+// with one dependent chain per thread, read all of W again in every one of
+// its D·B·H CTAs: 335 MB of L2 traffic at 1x40x75600.)
+// kStats (SageSLA's fused path): CTA 0 of each (b, h) also turns the K/V
 // pass's per-chunk Σ K / max |V| into the sage statistics (chunk order: fixed):
 // km = Σ K / len, vscale = amax / 448, vinv = 448 / amax (0 for an all-zero
 // channel), the formulas of the sage pre-pass's finalize.
-template <int D, typename WT, bool kStats = false>
-__global__ void __launch_bounds__(D) kv_project_kernel(const LinParams p) {
-  __shared__ float row[D];
-  const int f = blockIdx.x, c = threadIdx.x;
-  const int64_t bh = blockIdx.y;
-  if constexpr (kStats) {
-    if (f == 0) {
-      const float* kr = p.ws.part_kraw + bh * p.n_chunks * D + c;
-      const float* vm = p.ws.part_vmax + bh * p.n_chunks * D + c;
-      float s = 0.f, m = 0.f;
-      for (int ch = 0; ch < p.n_chunks; ++ch) {
-        s += kr[int64_t(ch) * D];
-        m = fmaxf(m, vm[int64_t(ch) * D]);
-      }
-      p.stats.km[bh * D + c] = s / float(p.len);
-      p.stats.vscale[bh * D + c] = m / 448.f;
-      p.stats.vinv[bh * D + c] = m > 0.f ? 448.f / m : 0.f;
-    }
-  }
-  const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f) * D + c;
-  float s = 0.f;
-  for (int ch = 0; ch < p.n_chunks; ++ch) s += part[int64_t(ch) * D * D];
-  row[c] = s;
-  if (f == 0) {
-    const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
-    float ks = 0.f;
-    for (int ch = 0; ch < p.n_chunks; ++ch) ks += pk[int64_t(ch) * D];
-    p.ws.ksum[bh * D + c] = ks;
-    if (bh == 0) p.ws.bias[c] = float(static_cast<const WT*>(p.proj_b)[c]);
-  }
-  __syncthreads();
-  const WT* w = static_cast<const WT*>(p.proj_w) + int64_t(c) * D;  // output channel r = c
-  float m = 0.f;
-#pragma unroll 8
-  for (int i = 0; i < D; ++i) m = fmaf(row[i], float(w[i]), m);
-  p.ws.m[(bh * D + f) * D + c] = __float2bfloat16_rn(m);
-}
-
-// kv_project for StagedPersist: the same sums in the same order (the same
-// bits), 16 feature rows f per CTA instead of one. Why: kv_project_kernel's CTA
-// (one row f, D threads) reads proj_l as w[c·D + i] (thread c walks row c: 128
-// rows per warp load, each 64 KB of W fetched again by every one of the D·B·H
-// CTAs: 335 MB of L2 traffic at 1x40x75600) and sums its n_chunks partials in
-// one dependent chain per thread. Here a CTA of 256 threads sums 16 x D
-// partial entries (8 independent chains per thread, coalesced), then each
-// thread forms 8 rows of M for one output channel c from the staged rows, W
-// read once per 16 rows (16x less W traffic).
-// Predicted (H200): reads the fp32 partials once (67 MB at 1x12x32760, 68 MB at
-// 1x40x75600): ~0.02-0.03 ms either size.
+// Measured (H200, 2026-11-30, session 6, SageSLA's fused K/V prepare:
+// kv_partial_staged + this): 0.182 ms at 1x12x32760 and 0.935 ms at
+// 1x40x75600, against 0.255 / 1.220 with one load in flight per chain.
 constexpr int kProjRows = 16, kProjThreads = 256;
 template <int D, typename WT, bool kStats = false>
 __global__ void __launch_bounds__(kProjThreads) kv_project_rows_kernel(const LinParams p) {
   __shared__ float rows[kProjRows][D];
   const int f0 = blockIdx.x * kProjRows, tid = threadIdx.x;
   const int64_t bh = blockIdx.y;
-  if (blockIdx.x == 0 && tid < D) {  // kv_project_kernel's f == 0 work, the same loops
+  if (blockIdx.x == 0 && tid < D) {  // Σφ(K), the bias and (kStats) the sage statistics
     const int c = tid;
     if constexpr (kStats) {
       const float* kr = p.ws.part_kraw + bh * p.n_chunks * D + c;
       const float* vm = p.ws.part_vmax + bh * p.n_chunks * D + c;
       float s = 0.f, m = 0.f;
-      for (int ch = 0; ch < p.n_chunks; ++ch) {
-        s += kr[int64_t(ch) * D];
-        m = fmaxf(m, vm[int64_t(ch) * D]);
-      }
+      fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return kr[int64_t(ch) * D]; }, [&](float x) { s += x; });
+      fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return vm[int64_t(ch) * D]; }, [&](float x) { m = fmaxf(m, x); });
       p.stats.km[bh * D + c] = s / float(p.len);
       p.stats.vscale[bh * D + c] = m / 448.f;
       p.stats.vinv[bh * D + c] = m > 0.f ? 448.f / m : 0.f;
     }
     const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
     float ks = 0.f;
-    for (int ch = 0; ch < p.n_chunks; ++ch) ks += pk[int64_t(ch) * D];
+    fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return pk[int64_t(ch) * D]; }, [&](float x) { ks += x; });
     p.ws.ksum[bh * D + c] = ks;
     if (bh == 0) p.ws.bias[c] = float(static_cast<const WT*>(p.proj_b)[c]);
   }
@@ -347,10 +325,23 @@ __global__ void __launch_bounds__(kProjThreads) kv_project_rows_kernel(const Lin
   float s[kPerThread];
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) s[e] = 0.f;
-  for (int ch = 0; ch < p.n_chunks; ++ch) {
-    const float* pc = part + int64_t(ch) * D * D;
+  // 4 chunks' loads in flight per batch (in chunk order: the same bits).
+  constexpr int kChunkBatch = 4;
+  for (int ch0 = 0; ch0 < p.n_chunks; ch0 += kChunkBatch) {
+    float v[kChunkBatch][kPerThread];
 #pragma unroll
-    for (int e = 0; e < kPerThread; ++e) s[e] += pc[e * kProjThreads + tid];
+    for (int u = 0; u < kChunkBatch; ++u)
+      if (ch0 + u < p.n_chunks) {
+        const float* pc = part + int64_t(ch0 + u) * D * D;
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) v[u][e] = pc[e * kProjThreads + tid];
+      }
+#pragma unroll
+    for (int u = 0; u < kChunkBatch; ++u)
+      if (ch0 + u < p.n_chunks) {
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) s[e] += v[u][e];
+      }
   }
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) (&rows[0][0])[e * kProjThreads + tid] = s[e];
@@ -1068,7 +1059,10 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
         p);
     if (Status s = launch_error("kv_partial"); s != Status::Ok) return s;
   }
-  if ((phases & kPhasePrepare) && use_persist_apply(sp)) {
+  // kv_project_rows_kernel reduces and projects the K/V partials in every
+  // pipeline (it was StagedPersist's alone; the per-row kernel it replaced
+  // formed the same sums in the same order: the same bits).
+  if (phases & kPhasePrepare) {
     const dim3 pgrid(unsigned(D / kProjRows), unsigned(sp.batch * sp.heads));
     if (with_stats) {
       if (proj_type == ElemType::F32)
@@ -1081,19 +1075,6 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
       kv_project_rows_kernel<D, __nv_bfloat16><<<pgrid, kProjThreads, 0, st>>>(p);
     }
     if (Status s = launch_error("kv_project_rows"); s != Status::Ok) return s;
-  } else if (phases & kPhasePrepare) {
-    const dim3 pgrid(unsigned(D), unsigned(sp.batch * sp.heads));
-    if (with_stats) {
-      if (proj_type == ElemType::F32)
-        kv_project_kernel<D, float, true><<<pgrid, D, 0, st>>>(p);
-      else
-        kv_project_kernel<D, __nv_bfloat16, true><<<pgrid, D, 0, st>>>(p);
-    } else if (proj_type == ElemType::F32) {
-      kv_project_kernel<D, float><<<pgrid, D, 0, st>>>(p);
-    } else {
-      kv_project_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
-    }
-    if (Status s = launch_error("kv_project"); s != Status::Ok) return s;
   }
   if (!(phases & kPhaseApply)) return Status::Ok;
   if (use_persist_apply(sp)) {
@@ -1221,7 +1202,7 @@ Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const v
   if (!stats.km || !stats.vscale || !stats.vinv)
     return detail::sla_fail(Status::InvalidArgument, "sla_linear_prepare_stats_cuda: null statistics pointer");
   SlaProblem ps = p;
-  // Staged's kv_partial either way; StagedPersist (explicit or TD_SLA_LINEAR=persist) keeps its kv_project_rows.
+  // Staged's kv_partial either way (kv_project_rows follows in both).
   ps.linear_kernels = use_persist_apply(p) ? SlaLinearKernels::StagedPersist : SlaLinearKernels::Staged;
   return linear_impl(ps, nullptr, k, v, proj_weight, proj_bias, proj_type, nullptr, workspace, workspace_bytes, stream,
                      kPhasePrepare, stats);
