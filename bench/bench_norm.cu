@@ -91,6 +91,7 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
                  {"bytes", bytes},
                  {"TBps", gbps / 1e3},
                  {"frac_of_copy", gbps / copy_gbps},
+                 {"frac_of_copy_same_traffic", gbps / td::bench::copy_bandwidth_same_traffic_gbps(bytes, stream)},
                  {"predicted_ms_at_4TBps", bytes / 4e12 * 1e3}};
   };
   const double E = double(n);
@@ -184,7 +185,10 @@ nlohmann::json bench_shape(Shape shape, cudaStream_t stream) {
   cudaFree(x_out);
   cudaFree(x_out32);
   cudaFree(params);
-  return {{"copy_TBps", copy_gbps / 1e3}, {"input_sets", sets}, {"ops", ops}};
+  return {{"copy_TBps", copy_gbps / 1e3},
+          {"copy_same_traffic_TBps", td::bench::copy_bandwidth_same_traffic_gbps(4.0 * E, stream) / 1e3},
+          {"input_sets", sets},
+          {"ops", ops}};
 }
 
 }  // namespace

@@ -50,13 +50,14 @@ void* dev_alloc(size_t bytes) {
   return p;
 }
 
-nlohmann::json result(const Timing& t, double bytes, double copy_gbps) {
+nlohmann::json result(const Timing& t, double bytes, double copy_gbps, cudaStream_t stream) {
   const double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
   return {{"median_ms", t.median_ms},
           {"min_ms", t.min_ms},
           {"bytes", bytes},
           {"gbps", gbps},
           {"fraction_of_copy", gbps / copy_gbps},
+          {"fraction_of_copy_same_traffic", gbps / td::bench::copy_bandwidth_same_traffic_gbps(bytes, stream)},
           {"predicted_ms", bytes / (kPredictTBps * 1e12) * 1e3}};
 }
 
@@ -100,9 +101,9 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
       td::bench::time_cuda([&](int i) {
         check(quantize_block128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_block128_cuda");
       }, stream),
-      quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
-  // quant_token128: Items4 (the first kernel); _items8 / _items4_idx32 (Auto's
-  // choice since 2026-11-30) / _items4_idx32_lane / _slabs: the variants.
+      quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps, stream);
+  // quant_token128: Items4 (the first kernel); _items8 / _items4_idx32 /
+  // _items4_idx32_lane: the variants; _slabs: RowSlabs, Auto's choice.
   for (Token128QuantKernel v :
        {Token128QuantKernel::Items4, Token128QuantKernel::Items8Idx32, Token128QuantKernel::Items4Idx32,
         Token128QuantKernel::Items4Idx32Lane, Token128QuantKernel::RowSlabs})
@@ -115,12 +116,12 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
           check(quantize_token128_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, M, stream, v),
                 "quantize_token128_cuda");
         }, stream),
-        quant_bytes + 4.0 * double(groups * M), copy_gbps);
+        quant_bytes + 4.0 * double(groups * M), copy_gbps, stream);
   ops["quant_per_row"] = result(
       td::bench::time_cuda([&](int i) {
         check(quantize_per_row_cuda(ElemType::BF16, xi(i), M, K, K, q8, K, scales, stream), "quantize_per_row_cuda");
       }, stream),
-      quant_bytes + 4.0 * double(M), copy_gbps);
+      quant_bytes + 4.0 * double(M), copy_gbps, stream);
   // Every token128 variant side by side: ln_mod_quant_token128 is the
   // one-row kernel, _warps / _warps_lean / _pairs / _pairs_reload the
   // LnQuantTokenRows variants (_pairs_reload: Auto since session 5 where it
@@ -150,7 +151,7 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
                                                        q8, K, scales, M, stream, v),
                 "layernorm_modulate_quant_token128_cuda");
         }, stream),
-        quant_bytes + 4.0 * double(groups * M), copy_gbps);
+        quant_bytes + 4.0 * double(groups * M), copy_gbps, stream);
   }
   // block128: Auto (the cluster kernel on sm_90: one read of x) and the
   // portable kernel (two reads, the second partly from L2), both against the
@@ -162,11 +163,11 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
                                                        q8, K, scales, path, stream),
                 "layernorm_modulate_quant_block128_cuda");
         }, stream),
-        quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps);
+        quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps, stream);
   }
   const double rope_bytes = 2.0 * double(elems) * 4;  // q and k: bf16 in + bf16 out
-  // Every kernel variant side by side: qk_norm_rope_<layout> is GlobalTables
-  // (the default), qk_norm_rope_<layout>_shared is SharedAngles.
+  // Every kernel variant side by side: qk_norm_rope_<layout> is GlobalTables,
+  // qk_norm_rope_<layout>_shared is SharedAngles (Auto's choice).
   for (RopeOutLayout layout : {RopeOutLayout::BLHD, RopeOutLayout::BHLD})
     for (QkRopeKernel kernel : {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles}) {
       std::string key = layout == RopeOutLayout::BLHD ? "qk_norm_rope_blhd" : "qk_norm_rope_bhld";
@@ -178,7 +179,7 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
                                     k_out, stream, kernel),
                   "qk_norm_rope_cuda");
           }, stream),
-          rope_bytes, copy_gbps);
+          rope_bytes, copy_gbps, stream);
     }
 
   for (int i = 0; i < copies; ++i) cudaFree(x[size_t(i)]), cudaFree(k[size_t(i)]);
