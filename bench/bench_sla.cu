@@ -380,6 +380,16 @@ int main(int argc, char** argv) {
                 check(attend(), "sagesla_fused_attend")) {
               record("sagesla_fused_prepare", [&](int) { prepare(sums); });
               record("sagesla_fused_select", [&](int) { select(); });
+              // The radix select with a CTA per row (SlaTopkAlgo::RadixCta; the
+              // default's warp per row gives the same LUT) beside it.
+              {
+                td::kernels::SlaProblem pc = pr;
+                pc.topk_algo = td::kernels::SlaTopkAlgo::RadixCta;
+                record("sagesla_fused_select_radix_cta", [&](int) {
+                  td::kernels::sla_block_select_from_sums_cuda(pc, sums.q_sum64, nb, sums.k_sum64, nb, nullptr, lut,
+                                                               sel_ws, sel_bytes, stream);
+                });
+              }
               const double ams = record("sagesla_fused_attend", [&](int) { attend(); });
               if (ams > 0) r["sagesla_fused_attend_dense_equiv_tflops"] = dense_flops / (ams * 1e-3) / 1e12;
               record("sagesla_fused_total", [&](int) {

@@ -159,7 +159,9 @@ void check_selection(const SelectCase& c, kernels::SlaTopkAlgo algo,
                      kernels::SlaScoreKernel score = kernels::SlaScoreKernel::Simple) {
   SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " blocks "
                                   << c.block_q << "x" << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD")
-                                  << (algo == kernels::SlaTopkAlgo::Radix ? " radix" : " bitonic")
+                                  << (algo == kernels::SlaTopkAlgo::Radix      ? " radix"
+                                      : algo == kernels::SlaTopkAlgo::RadixCta ? " radix (CTA per row)"
+                                                                               : " bitonic")
                                   << (score == kernels::SlaScoreKernel::Tiled ? " tiled score" : " simple score"));
   const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
   SlaProblem pd = problem(in, in.qd, in.kd, in.vd, c.topk, c.block_q, c.block_k);
@@ -260,10 +262,11 @@ TEST(SlaGpu, TiledScoreKernelEqualsSimpleExactly) {
   }
 }
 
-// Every top-k variant (the bitonic sort and the radix select) against the reference.
+// Every top-k variant (the bitonic sort and the radix select, a warp or a
+// CTA per row) against the reference.
 TEST(SlaGpu, BlockSelectionMatchesTheReferenceUpToTies) {
   TD_REQUIRE_GPU();
-  for (const auto algo : {kernels::SlaTopkAlgo::Bitonic, kernels::SlaTopkAlgo::Radix}) {
+  for (const auto algo : {kernels::SlaTopkAlgo::Bitonic, kernels::SlaTopkAlgo::Radix, kernels::SlaTopkAlgo::RadixCta}) {
     check_selection({1, 1000, 3, 128, 128, 64, 0.1, false}, algo);
     check_selection({2, 1537, 2, 64, 128, 64, 0.2, true}, algo);
     check_selection({1, 777, 2, 128, 64, 128, 0.15, false}, algo);  // sagesla's sm90 blocks
@@ -274,9 +277,12 @@ TEST(SlaGpu, BlockSelectionMatchesTheReferenceUpToTies) {
   }
 }
 
-// The radix select gives the bitonic sort's LUT and map bit for bit (same
-// scores, same total order), also where everything ties (Q = 0: every score is
-// 0, so the LUT is 0..n_sel-1) and where n_sel > 1024 (radix falls back).
+// The radix select (a warp per row, and a CTA per row) gives the bitonic
+// sort's LUT and map bit for bit (same scores, same total order), also where
+// everything ties (Q = 0: every score is 0, so the LUT is 0..n_sel-1), at Wan
+// 14B 720p's 591 key blocks, where n_sel > 640 (the warp kernel hands the rows
+// to the CTA kernel), where a row has > 1024 key blocks (the same) and where
+// n_sel > 1024 (radix falls back to the sort).
 TEST(SlaGpu, RadixTopkEqualsBitonicTopkExactly) {
   TD_REQUIRE_GPU();
   struct Case {
@@ -286,7 +292,8 @@ TEST(SlaGpu, RadixTopkEqualsBitonicTopkExactly) {
   };
   for (const Case& c : {Case{4099, 2, 128, 64, 128, 0.1, false}, Case{4099, 2, 128, 64, 128, 0.2, true},
                         Case{3001, 3, 64, 128, 64, 0.3, false}, Case{70000, 1, 64, 128, 32, 0.5, false},
-                        Case{700, 1, 64, 64, 16, 0.7, true}}) {
+                        Case{700, 1, 64, 64, 16, 0.7, true}, Case{75600, 1, 64, 512, 128, 0.1, false},
+                        Case{75600, 1, 64, 1024, 128, 0.2, true}, Case{64000, 1, 64, 2048, 64, 0.7, false}}) {
     SCOPED_TRACE(testing::Message() << "L" << c.L << " H" << c.H << " D" << c.D << " blocks " << c.block_q << "x"
                                     << c.block_k << " topk " << c.topk << (c.zero_q ? " Q=0" : ""));
     Inputs in = make_inputs(1, c.L, c.H, c.D, false);
@@ -296,10 +303,11 @@ TEST(SlaGpu, RadixTopkEqualsBitonicTopkExactly) {
     const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
     const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
     Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
-    std::vector<int32_t> luts[2];
-    std::vector<uint8_t> maps[2];
-    for (int a = 0; a < 2; ++a) {
-      p.topk_algo = a == 0 ? kernels::SlaTopkAlgo::Bitonic : kernels::SlaTopkAlgo::Radix;
+    std::vector<int32_t> luts[3];
+    std::vector<uint8_t> maps[3];
+    for (int a = 0; a < 3; ++a) {
+      p.topk_algo = a == 0 ? kernels::SlaTopkAlgo::Bitonic : a == 1 ? kernels::SlaTopkAlgo::Radix
+                                                                    : kernels::SlaTopkAlgo::RadixCta;
       Tensor lut = device_buffer({rows, n_sel}, DType::I32), map = device_buffer({rows, KB}, DType::U8);
       ASSERT_EQ(kernels::sla_block_select_cuda(p, in.qd.raw_data(), in.kd.raw_data(), map.data<uint8_t>(),
                                                lut.data<int32_t>(), ws.raw_data(), ws_bytes, cuda::current_stream()),
@@ -310,6 +318,8 @@ TEST(SlaGpu, RadixTopkEqualsBitonicTopkExactly) {
     }
     EXPECT_TRUE(luts[0] == luts[1]) << "the radix LUT differs from the bitonic LUT";
     EXPECT_TRUE(maps[0] == maps[1]) << "the radix map differs from the bitonic map";
+    EXPECT_TRUE(luts[0] == luts[2]) << "the radix (CTA per row) LUT differs from the bitonic LUT";
+    EXPECT_TRUE(maps[0] == maps[2]) << "the radix (CTA per row) map differs from the bitonic map";
     if (c.zero_q)
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t s = 0; s < n_sel; ++s)

@@ -50,10 +50,13 @@ enum class SlaFeatureMap { Softmax, Elu, Relu };
 // (the result is the same for both: the same ranking and tie rule, the same LUT
 // order). Bitonic: a full bitonic sort of every row (the default). Radix: a
 // radix select of the n_sel-th best (score, index) key (8-bit digits, shared
-// histograms), then only the n_sel selected keys ranked by counting; rows with
-// n_sel > 1024 fall back to the bitonic sort. Auto: Bitonic when the environment
-// variable TD_SLA_TOPK is "bitonic", else Radix (measured faster on the H200).
-enum class SlaTopkAlgo { Auto, Bitonic, Radix };
+// histograms), then only the n_sel selected keys ranked by counting: a warp
+// per row (keys in registers) where a row has <= 1024 key blocks and n_sel <=
+// 640, else a CTA per row (RadixCta: always the CTA per row); rows with n_sel
+// > 1024 fall back to the bitonic sort. Auto: Bitonic when the environment
+// variable TD_SLA_TOPK is "bitonic", RadixCta when it is "radix_cta", else
+// Radix (measured faster on the H200).
+enum class SlaTopkAlgo { Auto, Bitonic, Radix, RadixCta };
 
 // The CUDA block selection's pooled-score GEMM (both give the same fp32 scores
 // bit for bit: each score is one fmaf chain over the channels in order, on the

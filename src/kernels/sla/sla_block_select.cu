@@ -15,7 +15,9 @@
 //      ascending index (the reference's tie rule; -0 counts as +0), a bitonic
 //      sort in shared memory, the first n_sel indices into the LUT and the map.
 //      Or (SlaTopkAlgo::Radix) a radix select of the n_sel-th key and a rank
-//      count of the selected keys only: the same LUT and map.
+//      count of the selected keys only: the same LUT and map; a warp per row
+//      (keys in registers) where a row has <= 1024 key blocks and n_sel <= 640,
+//      else (and for SlaTopkAlgo::RadixCta) a CTA per row.
 //   3'. score, Tiled variant (SlaScoreKernel::Tiled): the same scores bit for
 //      bit (one fmaf chain per score over the channels in order, on the same
 //      pooled values), 64 x 64 blocks per CTA with 4 x 4 register blocks.
@@ -31,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "kernels/sla/sla.h"
 
@@ -332,6 +335,7 @@ __global__ void __launch_bounds__(kTiledThreads) score_tiled_kernel(const TiledS
 struct TopkParams {
   const float* scores;
   int heads, qblocks, kblocks, sort_size, n_sel;
+  int64_t rows;       // B·H·QB
   int32_t* lut;       // [B, H, QB, n_sel] or null
   uint8_t* map;       // [B, H, QB, KB] or null
 };
@@ -510,6 +514,105 @@ bool use_tiled_score(const SlaProblem& p) {
   return !(fused && std::strcmp(fused, "0") == 0);
 }
 
+// The radix select with a warp per row (SlaTopkAlgo::Radix where a row has at
+// most 32·32 key blocks and n_sel <= kTopkWarpMaxSel): the same keys, digit
+// schedule, T and rank count as topk_radix_kernel, hence the same LUT and map
+// bit for bit, with the row's keys in registers (key j = lane + 32k of the
+// row), a 256-bin histogram per warp in shared memory and __syncwarp only.
+// Why: topk_radix_kernel gives a row of 256 (1x12x32760) or 591 (1x40x75600)
+// keys a 256-thread CTA with 12 CTA barriers and one warp scanning while the
+// others wait: ~33 us for 6144 rows at 1x12x32760 under ncu, and about half
+// of the fused selection's 0.86 ms at 1x40x75600 (47280 rows).
+// Predicted (H200): 8 rows per CTA, six passes of ~150 cycles per warp:
+// ~10 us at 1x12x32760 and ~0.08 ms at 1x40x75600.
+constexpr int kTopkWarpRows = 8;      // rows (one per warp) per 256-thread CTA
+constexpr int kTopkWarpMaxSel = 640;  // 8 warps x n_sel x 8 B of selected keys <= 40 KB
+
+template <int KPL>
+__global__ void __launch_bounds__(kTopkWarpRows * 32) topk_radix_warp_kernel(const TopkParams p) {
+  extern __shared__ unsigned long long wsel[];  // [kTopkWarpRows][n_sel]
+  __shared__ __align__(16) unsigned whist[kTopkWarpRows][256];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t row = int64_t(blockIdx.x) * kTopkWarpRows + warp;
+  if (row >= p.rows) return;  // whole warps: every __syncwarp below has all its lanes
+  const float* scores = p.scores + row * p.kblocks;
+  unsigned long long key[KPL];
+#pragma unroll
+  for (int k = 0; k < KPL; ++k) {
+    const int j = lane + 32 * k;
+    key[k] = j < p.kblocks ? (uint64_t(~ordered_bits(scores[j])) << 32) | uint32_t(j) : ~0ull;
+  }
+  unsigned* hist = whist[warp];
+  unsigned long long prefix = 0, mask = 0;
+  unsigned remaining = unsigned(p.n_sel);  // the rank (1-based) of T among the keys still matching
+#pragma unroll 1
+  for (int pass = 0; pass < 6; ++pass) {
+    const int shift = pass < 4 ? 56 - 8 * pass : (pass == 4 ? 8 : 0);  // index digits: bits 0-15
+#pragma unroll
+    for (int e = 0; e < 8; ++e) hist[e * 32 + lane] = 0;
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < KPL; ++k)
+      if (lane + 32 * k < p.kblocks && (key[k] & mask) == prefix) atomicAdd(&hist[unsigned(key[k] >> shift) & 255u], 1u);
+    __syncwarp();
+    // The bin where the running count reaches `remaining` (lane l owns bins 8l .. 8l + 7).
+    const uint4 h0 = *reinterpret_cast<const uint4*>(hist + lane * 8);
+    const uint4 h1 = *reinterpret_cast<const uint4*>(hist + lane * 8 + 4);
+    const unsigned c[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    unsigned sum = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum += c[e];
+    unsigned incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    const unsigned excl = incl - sum;
+    unsigned run = excl;
+    int digit = 0;
+    const bool mine = excl < remaining && remaining <= incl;  // exactly one lane
+    if (mine) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (run < remaining && remaining <= run + c[e] && digit == 0) digit = lane * 8 + e + 1;
+        else if (digit == 0) run += c[e];
+      --digit;
+    }
+    const int owner = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;
+    digit = __shfl_sync(0xffffffffu, digit, owner);
+    run = __shfl_sync(0xffffffffu, run, owner);
+    prefix |= uint64_t(unsigned(digit)) << shift;
+    remaining -= run;
+    mask |= 255ull << shift;
+    __syncwarp();  // every lane has read the histogram before the next pass clears it
+  }
+  const unsigned long long T = prefix;  // the n_sel-th smallest key itself
+  if (p.map) {
+    uint8_t* m = p.map + row * p.kblocks;
+#pragma unroll
+    for (int k = 0; k < KPL; ++k)
+      if (lane + 32 * k < p.kblocks) m[lane + 32 * k] = key[k] <= T ? 1 : 0;
+  }
+  if (!p.lut) return;
+  unsigned long long* sel = wsel + size_t(warp) * p.n_sel;
+  unsigned base = 0;
+#pragma unroll
+  for (int k = 0; k < KPL; ++k) {
+    const bool take = lane + 32 * k < p.kblocks && key[k] <= T;
+    const unsigned bal = __ballot_sync(0xffffffffu, take);
+    if (take) sel[base + __popc(bal & ((1u << lane) - 1u))] = key[k];
+    base += __popc(bal);
+  }
+  __syncwarp();
+  for (int s = lane; s < p.n_sel; s += 32) {
+    const unsigned long long x = sel[s];
+    int rank = 0;
+    for (int t = 0; t < p.n_sel; ++t) rank += sel[t] < x;
+    p.lut[row * p.n_sel + rank] = int32_t(uint32_t(x));
+  }
+}
+
 // The top-k of every query block's row of scores into the LUT / map (either algorithm: the same result).
 Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map, int32_t* lut, cudaStream_t st) {
   using detail::sla_fail;
@@ -525,14 +628,32 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
   tp.n_sel = int(sla_selected_blocks(p.topk, KB));
   tp.lut = lut;
   tp.map = block_map;
+  tp.rows = p.batch * p.heads * QB;
   SlaTopkAlgo algo = p.topk_algo;
   if (algo == SlaTopkAlgo::Auto) {
     const char* env = std::getenv("TD_SLA_TOPK");
     // Radix: 0.18 vs 0.21 ms at 1x12x32760 and 1.95-2.07 vs 3.6 ms at
     // 1x40x75600 on the H200 (2026-11-30), the same LUT (GPU tests passed).
-    algo = env && std::strcmp(env, "bitonic") == 0 ? SlaTopkAlgo::Bitonic : SlaTopkAlgo::Radix;
+    algo = env && std::strcmp(env, "bitonic") == 0     ? SlaTopkAlgo::Bitonic
+           : env && std::strcmp(env, "radix_cta") == 0 ? SlaTopkAlgo::RadixCta
+                                                       : SlaTopkAlgo::Radix;
   }
-  if (algo == SlaTopkAlgo::Radix && tp.n_sel <= kRadixMaxSel) {
+  if (algo == SlaTopkAlgo::Radix && KB <= 32 * 32 && tp.n_sel <= kTopkWarpMaxSel) {
+    const unsigned grid = unsigned((tp.rows + kTopkWarpRows - 1) / kTopkWarpRows);
+    const size_t smem = size_t(kTopkWarpRows) * size_t(tp.n_sel) * 8;
+    auto go = [&](auto kpl) -> Status {
+      constexpr int kKPL = decltype(kpl)::value;
+      topk_radix_warp_kernel<kKPL><<<grid, kTopkWarpRows * 32, smem, st>>>(tp);
+      return launch_error("topk_radix_warp");
+    };
+    if (KB <= 64) return go(std::integral_constant<int, 2>{});
+    if (KB <= 128) return go(std::integral_constant<int, 4>{});
+    if (KB <= 256) return go(std::integral_constant<int, 8>{});
+    if (KB <= 512) return go(std::integral_constant<int, 16>{});
+    if (KB <= 768) return go(std::integral_constant<int, 24>{});
+    return go(std::integral_constant<int, 32>{});
+  }
+  if ((algo == SlaTopkAlgo::Radix || algo == SlaTopkAlgo::RadixCta) && tp.n_sel <= kRadixMaxSel) {
     const size_t smem = size_t(KB + tp.n_sel) * 8;
     if (smem > 48 * 1024) {
       const cudaError_t e =
