@@ -392,6 +392,16 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkParams p) 
 // position is its rank among them, counted: the same LUT as the full sort.
 constexpr int kRadixMaxSel = 1024;
 
+// Inclusive prefix sum of v over the lanes of a warp (Hillis-Steele, shuffles).
+__device__ __forceinline__ unsigned warp_inclusive_sum(unsigned v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
 __global__ void __launch_bounds__(kTopkThreads) topk_radix_kernel(const TopkParams p) {
   extern __shared__ unsigned long long keys[];  // [kblocks], then sel[n_sel]
   __shared__ unsigned hist[256];
@@ -430,12 +440,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_radix_kernel(const TopkPara
         c[e] = hist[lane * 8 + e];
         sum += c[e];
       }
-      unsigned incl = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
+      const unsigned incl = warp_inclusive_sum(sum, lane);
       const unsigned excl = incl - sum;
       if (excl < want && want <= incl) {  // exactly one lane
         unsigned run = excl;
@@ -562,12 +567,7 @@ __global__ void __launch_bounds__(kTopkWarpRows * 32) topk_radix_warp_kernel(con
     unsigned sum = 0;
 #pragma unroll
     for (int e = 0; e < 8; ++e) sum += c[e];
-    unsigned incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
+    const unsigned incl = warp_inclusive_sum(sum, lane);
     const unsigned excl = incl - sum;
     unsigned run = excl;
     int digit = 0;
