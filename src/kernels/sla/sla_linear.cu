@@ -282,76 +282,86 @@ __device__ __forceinline__ void fold_in_order(int n, Load load, Fold fold) {
 }
 constexpr int kFoldBatch = 16;
 
-// kv_project: grid (16 feature rows, batch·head), 256 threads. A CTA sums
-// 16 x D partial entries over the chunks in chunk order (deterministic; 8
-// independent chains per thread, coalesced, 4 chunks' loads in flight), then
-// each thread forms 8 rows of M for one output channel c from the staged
-// rows, W read once per 16 rows. (The first version, a CTA per feature row
-// with one dependent chain per thread, read all of W again in every one of
-// its D·B·H CTAs: 335 MB of L2 traffic at 1x40x75600.)
-// kStats (SageSLA's fused path): CTA 0 of each (b, h) also turns the K/V
-// pass's per-chunk Σ K / max |V| into the sage statistics (chunk order: fixed):
-// km = Σ K / len, vscale = amax / 448, vinv = 448 / amax (0 for an all-zero
-// channel), the formulas of the sage pre-pass's finalize.
-// Measured (H200, 2026-11-30, session 6, SageSLA's fused K/V prepare:
-// kv_partial_staged + this): 0.182 ms at 1x12x32760 and 0.935 ms at
-// 1x40x75600, against 0.255 / 1.220 with one load in flight per chain.
-constexpr int kProjRows = 16, kProjThreads = 256;
+// kv_project: grid (D / 4 row CTAs + fold CTAs, batch·head), D threads.
+// Row CTA x sums feature rows 4x .. 4x + 3 of the chunk partials over the
+// chunks in chunk order (deterministic: the same additions in the same
+// order for every element, so the same bits whatever the CTA shape), thread
+// c owning column c of the 4 rows, 16 chunks' loads in flight (64 per
+// thread, coalesced across the warp); then thread c forms M[f][c] =
+// Σ_i S[f][i]·W[c][i] for its 4 rows, i in order (W's row c through L1).
+// The fold CTAs (x = D / 4 ..): Σφ(K) over the chunks and the bias; with
+// kStats two more, the sage statistics from the per-chunk Σ K / max |V|
+// (km = Σ K / len, vscale = amax / 448, vinv = 448 / amax, 0 for an all-zero
+// channel: the formulas of the sage pre-pass's finalize), each fold its own
+// CTA so the three latency chains run side by side.
+// Why this shape: the 16-row form (D / 16 CTAs of 256 threads per head, CTA
+// 0 also running the three folds one after another) took 47 us at 1x12x32760
+// (ncu, H200, 2026-11-30: 96 CTAs on 132 SMs, ~15 GB/s each, 55 MB of
+// partials): too few loads in flight for L2/HBM latency. 4 rows x D / 4 CTAs
+// per head and 16 chunks in flight per thread put ~4x more bytes in flight.
+// Predicted: ~12-18 us at 1x12x32760 (384 + 36 CTAs).
+constexpr int kProjRows = 4, kProjChunkBatch = 16;
+constexpr int proj_fold_ctas(bool stats) { return stats ? 3 : 1; }
 template <int D, typename WT, bool kStats = false>
-__global__ void __launch_bounds__(kProjThreads) kv_project_rows_kernel(const LinParams p) {
+__global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
   __shared__ float rows[kProjRows][D];
-  const int f0 = blockIdx.x * kProjRows, tid = threadIdx.x;
+  const int c = threadIdx.x;
   const int64_t bh = blockIdx.y;
-  if (blockIdx.x == 0 && tid < D) {  // Σφ(K), the bias and (kStats) the sage statistics
-    const int c = tid;
-    if constexpr (kStats) {
-      const float* kr = p.ws.part_kraw + bh * p.n_chunks * D + c;
-      const float* vm = p.ws.part_vmax + bh * p.n_chunks * D + c;
-      float s = 0.f, m = 0.f;
-      fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return kr[int64_t(ch) * D]; }, [&](float x) { s += x; });
-      fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return vm[int64_t(ch) * D]; }, [&](float x) { m = fmaxf(m, x); });
-      p.stats.km[bh * D + c] = s / float(p.len);
-      p.stats.vscale[bh * D + c] = m / 448.f;
-      p.stats.vinv[bh * D + c] = m > 0.f ? 448.f / m : 0.f;
+  constexpr int kRowCtas = D / kProjRows;
+  if (int(blockIdx.x) >= kRowCtas) {  // a fold CTA: one fold per CTA, thread c = channel c
+    const int fold = int(blockIdx.x) - kRowCtas;
+    if (fold == 0) {
+      const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
+      float ks = 0.f;
+      fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return pk[int64_t(ch) * D]; }, [&](float x) { ks += x; });
+      p.ws.ksum[bh * D + c] = ks;
+      if (bh == 0) p.ws.bias[c] = float(static_cast<const WT*>(p.proj_b)[c]);
     }
-    const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
-    float ks = 0.f;
-    fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return pk[int64_t(ch) * D]; }, [&](float x) { ks += x; });
-    p.ws.ksum[bh * D + c] = ks;
-    if (bh == 0) p.ws.bias[c] = float(static_cast<const WT*>(p.proj_b)[c]);
+    if constexpr (kStats) {
+      if (fold == 1) {
+        const float* kr = p.ws.part_kraw + bh * p.n_chunks * D + c;
+        float s = 0.f;
+        fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return kr[int64_t(ch) * D]; }, [&](float x) { s += x; });
+        p.stats.km[bh * D + c] = s / float(p.len);
+      } else if (fold == 2) {
+        const float* vm = p.ws.part_vmax + bh * p.n_chunks * D + c;
+        float m = 0.f;
+        fold_in_order<kFoldBatch>(p.n_chunks, [&](int ch) { return vm[int64_t(ch) * D]; },
+                                  [&](float x) { m = fmaxf(m, x); });
+        p.stats.vscale[bh * D + c] = m / 448.f;
+        p.stats.vinv[bh * D + c] = m > 0.f ? 448.f / m : 0.f;
+      }
+    }
+    return;
   }
-  constexpr int kPerThread = kProjRows * D / kProjThreads;  // 8 (D 128) or 4 (D 64)
-  const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f0) * D;
-  float s[kPerThread];
+  const int f0 = int(blockIdx.x) * kProjRows;
+  const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f0) * D + c;
+  float s[kProjRows];
 #pragma unroll
-  for (int e = 0; e < kPerThread; ++e) s[e] = 0.f;
-  // 4 chunks' loads in flight per batch (in chunk order: the same bits).
-  constexpr int kChunkBatch = 4;
-  for (int ch0 = 0; ch0 < p.n_chunks; ch0 += kChunkBatch) {
-    float v[kChunkBatch][kPerThread];
+  for (int r = 0; r < kProjRows; ++r) s[r] = 0.f;
+  for (int ch0 = 0; ch0 < p.n_chunks; ch0 += kProjChunkBatch) {
+    float v[kProjChunkBatch][kProjRows];
 #pragma unroll
-    for (int u = 0; u < kChunkBatch; ++u)
+    for (int u = 0; u < kProjChunkBatch; ++u)
       if (ch0 + u < p.n_chunks) {
         const float* pc = part + int64_t(ch0 + u) * D * D;
 #pragma unroll
-        for (int e = 0; e < kPerThread; ++e) v[u][e] = pc[e * kProjThreads + tid];
+        for (int r = 0; r < kProjRows; ++r) v[u][r] = pc[r * D];
       }
 #pragma unroll
-    for (int u = 0; u < kChunkBatch; ++u)
+    for (int u = 0; u < kProjChunkBatch; ++u)
       if (ch0 + u < p.n_chunks) {
 #pragma unroll
-        for (int e = 0; e < kPerThread; ++e) s[e] += v[u][e];
+        for (int r = 0; r < kProjRows; ++r) s[r] += v[u][r];
       }
   }
 #pragma unroll
-  for (int e = 0; e < kPerThread; ++e) (&rows[0][0])[e * kProjThreads + tid] = s[e];
+  for (int r = 0; r < kProjRows; ++r) rows[r][c] = s[r];
   __syncthreads();
-  constexpr int kGroups = kProjThreads / D, kRowsPer = kProjRows / kGroups;  // 2 x 8 (D 128), 4 x 4 (D 64)
-  const int c = tid % D, r0 = (tid / D) * kRowsPer;
   const WT* w = static_cast<const WT*>(p.proj_w) + int64_t(c) * D;
-  float m[kRowsPer];
+  float m[kProjRows];
 #pragma unroll
-  for (int k = 0; k < kRowsPer; ++k) m[k] = 0.f;
+  for (int r = 0; r < kProjRows; ++r) m[r] = 0.f;
 #pragma unroll 2
   for (int i = 0; i < D; i += 4) {
     float wv[4];  // proj_l's rows need not be 16-byte aligned: scalar loads (L1 hits after the first)
@@ -360,10 +370,10 @@ __global__ void __launch_bounds__(kProjThreads) kv_project_rows_kernel(const Lin
 #pragma unroll
     for (int u = 0; u < 4; ++u)
 #pragma unroll
-      for (int k = 0; k < kRowsPer; ++k) m[k] = fmaf(rows[r0 + k][i + u], wv[u], m[k]);
+      for (int r = 0; r < kProjRows; ++r) m[r] = fmaf(rows[r][i + u], wv[u], m[r]);
   }
 #pragma unroll
-  for (int k = 0; k < kRowsPer; ++k) p.ws.m[(bh * D + f0 + r0 + k) * D + c] = __float2bfloat16_rn(m[k]);
+  for (int r = 0; r < kProjRows; ++r) p.ws.m[(bh * D + f0 + r) * D + c] = __float2bfloat16_rn(m[r]);
 }
 
 template <int D>
@@ -1063,16 +1073,18 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
   // pipeline (it was StagedPersist's alone; the per-row kernel it replaced
   // formed the same sums in the same order: the same bits).
   if (phases & kPhasePrepare) {
-    const dim3 pgrid(unsigned(D / kProjRows), unsigned(sp.batch * sp.heads));
+    const unsigned bhs = unsigned(sp.batch * sp.heads);
+    const dim3 pgrid_stats(unsigned(D / kProjRows + proj_fold_ctas(true)), bhs);
+    const dim3 pgrid(unsigned(D / kProjRows + proj_fold_ctas(false)), bhs);
     if (with_stats) {
       if (proj_type == ElemType::F32)
-        kv_project_rows_kernel<D, float, true><<<pgrid, kProjThreads, 0, st>>>(p);
+        kv_project_rows_kernel<D, float, true><<<pgrid_stats, D, 0, st>>>(p);
       else
-        kv_project_rows_kernel<D, __nv_bfloat16, true><<<pgrid, kProjThreads, 0, st>>>(p);
+        kv_project_rows_kernel<D, __nv_bfloat16, true><<<pgrid_stats, D, 0, st>>>(p);
     } else if (proj_type == ElemType::F32) {
-      kv_project_rows_kernel<D, float><<<pgrid, kProjThreads, 0, st>>>(p);
+      kv_project_rows_kernel<D, float><<<pgrid, D, 0, st>>>(p);
     } else {
-      kv_project_rows_kernel<D, __nv_bfloat16><<<pgrid, kProjThreads, 0, st>>>(p);
+      kv_project_rows_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
     }
     if (Status s = launch_error("kv_project_rows"); s != Status::Ok) return s;
   }
