@@ -710,6 +710,10 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
     if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
         sms > 0)
       ctas = std::min<int64_t>(units, sms);
+    // TURBODIFF_SAGE_SM90_CTAS=N caps the persistent grid below one CTA per
+    // SM (read per call; an experiment knob: how the kernel scales with SMs).
+    if (const char* cap = std::getenv("TURBODIFF_SAGE_SM90_CTAS"); cap && std::atoi(cap) > 0)
+      ctas = std::min<int64_t>(ctas, std::atoi(cap));
   }
   kernel<<<unsigned(ctas), kThreads, smem, stream>>>(ap, tma_q, tma_k, tma_v, BH);
   e = cudaGetLastError();
