@@ -10,13 +10,26 @@
 //      B = V by ldmatrix.trans), fp32 in registers. Σφ(K) of the same rounded
 //      values per lane, then over warps in a fixed order. Output: one fp32
 //      partial [D, D] and [D] per chunk.
-//   2. kv_project: grid (16 feature rows, batch·head), 256 threads: the
-//      partials summed over chunks in chunk order (deterministic), then rows
+//   2. kv_project: grid (D/4 feature-row CTAs + fold CTAs, batch·head), D
+//      threads: the partials summed over chunks in chunk order (deterministic), then rows
 //      of M = (φ(K)ᵀV)·Wᵀ (proj_l folded in: proj_l(o_l) = φ(Q)·M / den +
 //      bias), stored as bf16 for the tensor cores.
 //   3. linear_apply: grid (128-token block, head, batch), 8 warps of 16 rows:
 //      φ(Q) in place in shared memory, den = φ(Q)·Σφ(K) + 1e-5 per row, φ(Q)·M
 //      with mma.sync, then o = o_s + acc / den + bias in the epilogue.
+// The Staged kernels (the defaults of every fused path; kv_partial_staged,
+// linear_apply_staged / _persist) differ from these in the ways their own
+// comments list; since session 7 also: exp of the softmax feature map as one
+// FFMA + ex2.approx (feature_map8), Σφ(K) as φ(K)ᵀ·ones on the tensor cores
+// (one more mma per 16 tokens instead of a convert and an add per element and
+// a reduction over warps), and den as a ninth 8-column block of the φ(Q)·M mma
+// against Σφ(K) split into bf16 hi + lo columns (stage_den_columns / mma_den:
+// ~16 significant bits, fp32 accumulation) instead of a per-element FMA chain.
+// Measured (H200, 2026-11-30, bench_sla, SageSLA's fused path at topk 0.1):
+// K/V prepare 0.180 -> 0.167 ms at 1x12x32760, 0.919 -> 0.829 at 1x40x75600;
+// the Staged apply 0.152 -> 0.134 and 1.055 -> 0.900 ms. Staged against the
+// Warp kernels onto the same o_s: rel L2 1e-5 - 2e-5 (bar 2e-3,
+// SlaGpu.LinearBranchStagedKernelsMatchTheReference).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -491,6 +504,41 @@ struct StagedApplyTraits {
 
 // φ over one row held kPer = D/8 values per lane by 8 lanes (a lane group of a
 // warp; xor shuffles 1, 2, 4 stay inside the group). FM: 0 softmax, 1 elu+1, 2 relu.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// The den operand of the Q half's mma (den = φ(Q)·Σφ(K) as a ninth 8-column
+// block of the φ(Q)·M product, so the φ loop no longer forms it element by
+// element): Σφ(K) split into two bf16 columns hi + lo (lo = the rounding error
+// of hi: ~16 significant bits between them, fp32 accumulation in the mma).
+// hi2 / lo2: D / 2 packed pairs each, in the 4·D bytes `dst` points at.
+template <int D>
+__device__ __forceinline__ void stage_den_columns(uint32_t* dst, const float* ksum, int tid, int threads) {
+  for (int c2 = tid; c2 < D / 2; c2 += threads) {
+    const float k0 = ksum[2 * c2], k1 = ksum[2 * c2 + 1];
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(k0, k1);
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(k0 - __low2float(hi), k1 - __high2float(hi));
+    dst[c2] = *reinterpret_cast<const uint32_t*>(&hi);
+    dst[D / 2 + c2] = *reinterpret_cast<const uint32_t*>(&lo);
+  }
+}
+// den += φ(Q)[16 rows, k-slice ks] · [hi lo 0 ...] for the warp's 16 rows (the
+// B fragment: lanes 0-3 column 0 = hi, lanes 4-7 column 1 = lo, others 0).
+template <int D>
+__device__ __forceinline__ void mma_den(float (&den)[4], const uint32_t (&a)[4], const uint32_t* cols, int ks, int lane) {
+  const int n = lane >> 2, k2 = ks * 8 + (lane & 3);  // pair index of features 16·ks + 2·(lane & 3)
+  const uint32_t* src = n == 0 ? cols : cols + D / 2;
+  const uint32_t b0 = n < 2 ? src[k2] : 0u, b1 = n < 2 ? src[k2 + 4] : 0u;
+  mma_bf16(den, a, b0, b1);
+}
+// The row sums of den for the fragment's rows lane / 4 and lane / 4 + 8, to every lane of the quad.
+__device__ __forceinline__ void den_rows(const float (&den)[4], int lane, float& d0, float& d1) {
+  d0 = __shfl_sync(0xffffffffu, den[0] + den[1], lane & ~3);
+  d1 = __shfl_sync(0xffffffffu, den[2] + den[3], lane & ~3);
+}
+
 template <int kPer, int FM>
 __device__ __forceinline__ void feature_map8(float (&x)[kPer]) {
   if constexpr (FM == 0) {
@@ -499,9 +547,13 @@ __device__ __forceinline__ void feature_map8(float (&x)[kPer]) {
     for (int e = 1; e < kPer; ++e) m = fmaxf(m, x[e]);
 #pragma unroll
     for (int off = 1; off < 8; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    // exp(x - m) as 2^(x·log2 e - m·log2 e): one FFMA and MUFU.EX2 per element
+    // (__expf(x - m) is an FADD, an FMUL and the same MUFU.EX2).
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float ml = m * kLog2e;
     float s = 0.f;
 #pragma unroll
-    for (int e = 0; e < kPer; ++e) s += (x[e] = __expf(x[e] - m));
+    for (int e = 0; e < kPer; ++e) s += (x[e] = ex2_approx(fmaf(x[e], kLog2e, -ml)));
 #pragma unroll
     for (int off = 1; off < 8; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     const float inv = 1.f / s;
@@ -524,9 +576,8 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
   const uint32_t sq = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t sm = sq + T::kQBytes;
   const uint32_t so = sm + T::kMBytes;
-  float* ksum_s = reinterpret_cast<float*>(smem + T::kQBytes + T::kMBytes + T::kOBytes);
-  float* bias_s = ksum_s + D;
-  float* den_s = bias_s + D;
+  uint32_t* den_cols = reinterpret_cast<uint32_t*>(smem + T::kQBytes + T::kMBytes + T::kOBytes);  // hi2, lo2
+  float* bias_s = reinterpret_cast<float*>(den_cols + D);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int q0 = blockIdx.x * kApplyRows, h = blockIdx.y, b = blockIdx.z;
   const int64_t bh = int64_t(b) * p.heads + h;
@@ -539,10 +590,8 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
   cp_async_commit();
   load_tile<D, kApplyRows, kApplyThreads>(so, og, p.os.token, valid, tid);
   cp_async_commit();
-  for (int c = tid; c < D; c += kApplyThreads) {
-    ksum_s[c] = p.ws.ksum[bh * D + c];
-    bias_s[c] = p.ws.bias[c];
-  }
+  for (int c = tid; c < D; c += kApplyThreads) bias_s[c] = p.ws.bias[c];
+  stage_den_columns<D>(den_cols, p.ws.ksum + bh * D, tid, kApplyThreads);
   cp_async_wait<1>();  // Q and M landed; o may still be in flight
   __syncthreads();
 
@@ -567,7 +616,6 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
       }
     }
     feature_map8<kPer, FM>(x);
-    float d = 0.f;
 #pragma unroll
     for (int u = 0; u < kLaneChunks; ++u) {
       uint4 w;
@@ -576,21 +624,15 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
       for (int i = 0; i < 4; ++i) {
         const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
         wp[i] = *reinterpret_cast<const uint32_t*>(&v);
-        const int c = (sub * kLaneChunks + u) * 8 + 2 * i;
-        d = fmaf(__low2float(v), ksum_s[c], d);  // den from the rounded φ, as the mma sees it
-        d = fmaf(__high2float(v), ksum_s[c + 1], d);
       }
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)),
                    "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
                    : "memory");
     }
-#pragma unroll
-    for (int off = 1; off < 8; off <<= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
-    if (sub == 0) den_s[r] = d + 1e-5f;
   }
   __syncwarp();
 
-  float acc[D / 8][4];
+  float acc[D / 8][4], den[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 #pragma unroll
@@ -608,12 +650,15 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
       mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
       mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
     }
+    mma_den<D>(den, a, den_cols, ks, lane);
   }
 
   cp_async_wait<0>();
   __syncthreads();  // the o tile landed (every thread's copies)
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
-  const float inv0 = 1.f / den_s[r0], inv1 = 1.f / den_s[r1];
+  float d0, d1;
+  den_rows(den, lane, d0, d1);
+  const float inv0 = 1.f / (d0 + 1e-5f), inv1 = 1.f / (d1 + 1e-5f);
 #pragma unroll
   for (int t = 0; t < D / 8; ++t) {
     const int col = t * 8 + (lane & 3) * 2;
@@ -678,9 +723,8 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sm = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t stage0 = sm + T::kMBytes;
-  float* ksum_s = reinterpret_cast<float*>(smem + T::kMBytes + 2 * T::kStageBytes);
-  float* bias_s = ksum_s + D;
-  float* den_s = bias_s + D;
+  uint32_t* den_cols = reinterpret_cast<uint32_t*>(smem + T::kMBytes + 2 * T::kStageBytes);  // hi2, lo2
+  float* bias_s = reinterpret_cast<float*>(den_cols + D);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t t_begin = int64_t(blockIdx.x) * total_tiles / gridDim.x;
   const int64_t t_end = int64_t(blockIdx.x + 1) * total_tiles / gridDim.x;
@@ -707,10 +751,8 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
     const int valid = p.len - q0;
     if (bh != cur_bh) {  // a new head: its M, Σ φ(K), bias (the last barrier freed them)
       load_tile<D, D, kApplyThreads>(sm, p.ws.m + bh * D * D, D, D, tid);
-      for (int c = tid; c < D; c += kApplyThreads) {
-        ksum_s[c] = p.ws.ksum[bh * D + c];
-        bias_s[c] = p.ws.bias[c];
-      }
+      for (int c = tid; c < D; c += kApplyThreads) bias_s[c] = p.ws.bias[c];
+      stage_den_columns<D>(den_cols, p.ws.ksum + bh * D, tid, kApplyThreads);
       cur_bh = bh;
     }
     cp_async_commit();
@@ -741,7 +783,6 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
         }
       }
       feature_map8<kPer, FM>(x);
-      float d = 0.f;
 #pragma unroll
       for (int u = 0; u < kLaneChunks; ++u) {
         uint4 w;
@@ -750,21 +791,15 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
         for (int i = 0; i < 4; ++i) {
           const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
           wp[i] = *reinterpret_cast<const uint32_t*>(&v);
-          const int c = (sub * kLaneChunks + u) * 8 + 2 * i;
-          d = fmaf(__low2float(v), ksum_s[c], d);
-          d = fmaf(__high2float(v), ksum_s[c + 1], d);
         }
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)),
                      "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
                      : "memory");
       }
-#pragma unroll
-      for (int off = 1; off < 8; off <<= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
-      if (sub == 0) den_s[r] = d + 1e-5f;
     }
     __syncwarp();
 
-    float acc[D / 8][4];
+    float acc[D / 8][4], den[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 #pragma unroll
@@ -782,10 +817,13 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
         mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
         mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
       }
+      mma_den<D>(den, a, den_cols, ks, lane);
     }
 
     const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
-    const float inv0 = 1.f / den_s[r0], inv1 = 1.f / den_s[r1];
+    float d0, d1;
+    den_rows(den, lane, d0, d1);
+    const float inv0 = 1.f / (d0 + 1e-5f), inv1 = 1.f / (d1 + 1e-5f);
 #pragma unroll
     for (int t = 0; t < D / 8; ++t) {
       const int col = t * 8 + (lane & 3) * 2;
@@ -816,7 +854,7 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
         *reinterpret_cast<uint4*>(og + int64_t(row) * p.os.token + chunk * 8) = w;
       }
     }
-    __syncthreads();  // stage s, den_s (and M, if the next tile changes head) free again
+    __syncthreads();  // stage s (and M, the den columns and the bias, if the next tile changes head) free again
   }
 }
 
@@ -826,8 +864,8 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
 //     shared memory for D = 128, 2 CTAs per SM as the 128 registers allow anyway);
 //   - φ(K) by 8-lane row groups, 4 rows of the warp at once (2 steps per 64-row
 //     tile for D = 128 instead of 8 warp-wide rows one after the other, each with
-//     10 dependent shuffles), Σφ(K) per lane over its chunks, reduced over the
-//     4 row groups by 2 xor shuffles and over the warps in order at the end.
+//     10 dependent shuffles); Σφ(K) by one more mma per 16 tokens against ones
+//     (session 7; per lane and reduced over the warps before).
 // φ's row sums in another order than kv_partial's: last-place differences.
 // Predicted (H200, 1x12x32760, D 128): K + V 201 MB read + 1032 x 64 KB of fp32
 // partials written (67 MB, re-read by kv_project): ~0.08-0.09 ms at ~3.3 TB/s
@@ -875,9 +913,10 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
   float acc[D / 8][4];
 #pragma unroll
   for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-  float ks[kPer];
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) ks[e] = 0.f;
+  // Σφ(K) per feature row on the tensor cores: φ(K)ᵀ · ones, one more mma per
+  // 16 tokens (the rounded bf16 φ, as the φ(K)ᵀV mma sees them, fp32 sums).
+  float ks_acc[4] = {0.f, 0.f, 0.f, 0.f};
+  constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 1.0 pair
   // kStats: thread -> channels 2·pair, 2·pair + 1 of rows quarter·16 .. +15 (kThreads = 2·D = 4 quarters of D/2 pairs).
   const int pair = tid % (D / 2), quarter = tid / (D / 2);
   float kraw0 = 0.f, kraw1 = 0.f, vmax0 = 0.f, vmax1 = 0.f;
@@ -938,8 +977,6 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
         for (int i = 0; i < 4; ++i) {
           const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
           wp[i] = *reinterpret_cast<const uint32_t*>(&v);
-          ks[u * 8 + 2 * i] += __low2float(v);  // Σφ(K) of the rounded values, as the mma sees them
-          ks[u * 8 + 2 * i + 1] += __high2float(v);
         }
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sk + swizzle<kChunks>(r, sub * kLaneChunks + u)),
                      "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
@@ -965,6 +1002,7 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
         mma_bf16(acc[2 * dp], a, vb[0], vb[1]);
         mma_bf16(acc[2 * dp + 1], a, vb[2], vb[3]);
       }
+      mma_bf16(ks_acc, a, kOnes, kOnes);
     }
   }
   cp_async_wait<0>();
@@ -978,32 +1016,20 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
     *reinterpret_cast<float2*>(part + int64_t(f0) * D + col) = make_float2(acc[t][0], acc[t][1]);
     *reinterpret_cast<float2*>(part + int64_t(f0 + 8) * D + col) = make_float2(acc[t][2], acc[t][3]);
   }
-  // Σφ(K): the 4 row groups of a warp by xor shuffles (8, then 16), then the
-  // warps in order through shared memory.
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) {
-    ks[e] += __shfl_xor_sync(0xffffffffu, ks[e], 8);
-    ks[e] += __shfl_xor_sync(0xffffffffu, ks[e], 16);
+  // Σφ(K): every column of ks_acc holds the row sums; lane 4r has rows r, r + 8.
+  if ((lane & 3) == 0) {
+    p.ws.part_ks[slot * D + f0] = ks_acc[0];
+    p.ws.part_ks[slot * D + f0 + 8] = ks_acc[2];
   }
-  __syncthreads();
-  float* red = reinterpret_cast<float*>(smem);  // [kWarps, D]
-  if (g == 0)
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) red[warp * D + sub * kPer + e] = ks[e];
-  if constexpr (kStats) {  // [4 quarters, D] each of Σ K and max |V|, after red
-    float* sred = red + kWarps * D;
+  if constexpr (kStats) {  // [4 quarters, D] each of Σ K and max |V|, through shared memory
+    __syncthreads();       // every warp past the last tile's stage
+    float* sred = reinterpret_cast<float*>(smem);
     sred[quarter * D + 2 * pair] = kraw0;
     sred[quarter * D + 2 * pair + 1] = kraw1;
     sred[4 * D + quarter * D + 2 * pair] = vmax0;
     sred[4 * D + quarter * D + 2 * pair + 1] = vmax1;
-  }
-  __syncthreads();
-  if (tid < D) {
-    float s = 0.f;
-    for (int w = 0; w < kWarps; ++w) s += red[w * D + tid];
-    p.ws.part_ks[slot * D + tid] = s;
-    if constexpr (kStats) {
-      const float* sred = red + kWarps * D;
+    __syncthreads();
+    if (tid < D) {
       float kr = 0.f, vm = 0.f;
 #pragma unroll
       for (int q4 = 0; q4 < 4; ++q4) {
