@@ -25,8 +25,11 @@
 // a reduction over warps), and den as a ninth 8-column block of the φ(Q)·M mma
 // against Σφ(K) split into bf16 hi + lo columns (stage_den_columns / mma_den:
 // ~16 significant bits, fp32 accumulation) instead of a per-element FMA chain.
+// The K/V pass's sage statistics (kStats) from the same fragments: Σ raw K as
+// Kᵀ·ones before φ, max |V| over V's B fragments in bf16 pairs.
 // Measured (H200, 2026-11-30, bench_sla, SageSLA's fused path at topk 0.1):
-// K/V prepare 0.180 -> 0.167 ms at 1x12x32760, 0.919 -> 0.829 at 1x40x75600;
+// K/V prepare 0.180 -> 0.167 ms at 1x12x32760, 0.919 -> 0.829 at 1x40x75600
+// (the statistics from the fragments: 0.167-0.171 -> 0.157 at 1x12x32760);
 // the Staged apply 0.152 -> 0.134 and 1.055 -> 0.900 ms. Staged against the
 // Warp kernels onto the same o_s: rel L2 1e-5 - 2e-5 (bar 2e-3,
 // SlaGpu.LinearBranchStagedKernelsMatchTheReference).
@@ -917,9 +920,13 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
   // 16 tokens (the rounded bf16 φ, as the φ(K)ᵀV mma sees them, fp32 sums).
   float ks_acc[4] = {0.f, 0.f, 0.f, 0.f};
   constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 1.0 pair
-  // kStats: thread -> channels 2·pair, 2·pair + 1 of rows quarter·16 .. +15 (kThreads = 2·D = 4 quarters of D/2 pairs).
-  const int pair = tid % (D / 2), quarter = tid / (D / 2);
-  float kraw0 = 0.f, kraw1 = 0.f, vmax0 = 0.f, vmax1 = 0.f;
+  // kStats, per warp w and channels 16w .. 16w + 15, from the tile's mma
+  // fragments: Σ raw K = Kᵀ·ones on the tensor cores (rows lane / 4 and
+  // lane / 4 + 8 of the fragment, as Σφ(K) below), max |V| over the B
+  // fragments of V in bf16 pairs (exact: a max of bf16 values; channels
+  // 16w + lane / 4 and + 8, reduced over the quad at the end).
+  float kraw_acc[4] = {0.f, 0.f, 0.f, 0.f};
+  __nv_bfloat162 vmax_lo = __float2bfloat162_rn(0.f), vmax_hi = vmax_lo;
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<1>();  // tile j landed (j + 1 may still be in flight)
@@ -929,20 +936,19 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
     const uint32_t sk = stage_of(j), sv = sk + T::kTileBytes;
     const int valid = t_end - (t_begin + j * kTile);
     if constexpr (kStats) {  // rows past `valid` were zero-filled: they add 0 and max with 0
-      const uint32_t col = uint32_t(((pair * 2) % 8) * 2);
-#pragma unroll 4
-      for (int rr = 0; rr < kTile / 4; ++rr) {
-        const int r = quarter * (kTile / 4) + rr;
-        const uint32_t off = swizzle<kChunks>(r, (pair * 2) / 8) + col;
-        uint32_t kw, vw;
-        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(kw) : "r"(sk + off));
-        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(vw) : "r"(sv + off));
-        const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kw));
-        const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vw));
-        kraw0 += kf.x;
-        kraw1 += kf.y;
-        vmax0 = fmaxf(vmax0, fabsf(vf.x));
-        vmax1 = fmaxf(vmax1, fabsf(vf.y));
+      constexpr uint32_t kOnes2 = 0x3F803F80u;  // bf16 1.0 pair
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        uint32_t a[4], vb[4];
+        // raw Kᵀ of channels 16w .. 16w + 15 (the φ(K)ᵀ fragment below, before φ)
+        ldmatrix_x4_trans(a, sk + swizzle<kChunks>(kk * 16 + (lane & 7) + (lane >> 4) * 8, warp * 2 + ((lane >> 3) & 1)));
+        mma_bf16(kraw_acc, a, kOnes2, kOnes2);
+        // V of the same channels (the B fragments of the φ(K)ᵀV mma)
+        ldmatrix_x4_trans(vb, sv + swizzle<kChunks>(kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), warp * 2 + (lane >> 4)));
+        vmax_lo = __hmax2(vmax_lo, __hmax2(__habs2(*reinterpret_cast<const __nv_bfloat162*>(&vb[0])),
+                                           __habs2(*reinterpret_cast<const __nv_bfloat162*>(&vb[1]))));
+        vmax_hi = __hmax2(vmax_hi, __hmax2(__habs2(*reinterpret_cast<const __nv_bfloat162*>(&vb[2])),
+                                           __habs2(*reinterpret_cast<const __nv_bfloat162*>(&vb[3]))));
       }
       __syncthreads();  // raw K read everywhere before φ overwrites it
     }
@@ -1021,23 +1027,21 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
     p.ws.part_ks[slot * D + f0] = ks_acc[0];
     p.ws.part_ks[slot * D + f0 + 8] = ks_acc[2];
   }
-  if constexpr (kStats) {  // [4 quarters, D] each of Σ K and max |V|, through shared memory
-    __syncthreads();       // every warp past the last tile's stage
-    float* sred = reinterpret_cast<float*>(smem);
-    sred[quarter * D + 2 * pair] = kraw0;
-    sred[quarter * D + 2 * pair + 1] = kraw1;
-    sred[4 * D + quarter * D + 2 * pair] = vmax0;
-    sred[4 * D + quarter * D + 2 * pair + 1] = vmax1;
-    __syncthreads();
-    if (tid < D) {
-      float kr = 0.f, vm = 0.f;
+  if constexpr (kStats) {
+    // max |V|: a B-fragment register holds 2 tokens of channel lane / 4 (lo) or
+    // lane / 4 + 8 (hi); fold the pair, then the 4 lanes of the quad.
+    float vm_lo = fmaxf(__low2float(vmax_lo), __high2float(vmax_lo));
+    float vm_hi = fmaxf(__low2float(vmax_hi), __high2float(vmax_hi));
 #pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-        kr += sred[q4 * D + tid];
-        vm = fmaxf(vm, sred[4 * D + q4 * D + tid]);
-      }
-      p.ws.part_kraw[slot * D + tid] = kr;
-      p.ws.part_vmax[slot * D + tid] = vm;
+    for (int off = 1; off < 4; off <<= 1) {
+      vm_lo = fmaxf(vm_lo, __shfl_xor_sync(0xffffffffu, vm_lo, off));
+      vm_hi = fmaxf(vm_hi, __shfl_xor_sync(0xffffffffu, vm_hi, off));
+    }
+    if ((lane & 3) == 0) {
+      p.ws.part_kraw[slot * D + f0] = kraw_acc[0];
+      p.ws.part_kraw[slot * D + f0 + 8] = kraw_acc[2];
+      p.ws.part_vmax[slot * D + f0] = vm_lo;
+      p.ws.part_vmax[slot * D + f0 + 8] = vm_hi;
     }
   }
 }
