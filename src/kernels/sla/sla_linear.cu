@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_kernel(const LinPa
 //   - the o tile (128 x D bf16) is fetched by cp.async in a second group right
 //     after Q and M, so its read overlaps φ and the mma instead of following them;
 //   - φ(Q): 8 lanes per row (D/8 channels each, whole 16-byte chunks), 4 rows of
-//     the warp at once, 3 + 3 (+ 3 for den) shuffles within the 8 lanes instead of
+//     the warp at once, 3 + 3 shuffles within the 8 lanes (den: the mma, session 7) instead of
 //     a warp per row with 5 + 5 (+ 5) shuffles, 16 rows in 4 steps instead of 16;
 //   - epilogue: o_s + acc / den + bias formed in the shared o tile (the mma
 //     fragment layout, conflict-free in the swizzle), then each warp stores its
@@ -505,8 +505,6 @@ struct StagedApplyTraits {
   static constexpr int kSmemBytes = kQBytes + kMBytes + kOBytes + 2 * D * 4 + kApplyRows * 4;
 };
 
-// φ over one row held kPer = D/8 values per lane by 8 lanes (a lane group of a
-// warp; xor shuffles 1, 2, 4 stay inside the group). FM: 0 softmax, 1 elu+1, 2 relu.
 __device__ __forceinline__ float ex2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -542,6 +540,8 @@ __device__ __forceinline__ void den_rows(const float (&den)[4], int lane, float&
   d1 = __shfl_sync(0xffffffffu, den[2] + den[3], lane & ~3);
 }
 
+// φ over one row held kPer = D/8 values per lane by 8 lanes (a lane group of a
+// warp; xor shuffles 1, 2, 4 stay inside the group). FM: 0 softmax, 1 elu+1, 2 relu.
 template <int kPer, int FM>
 __device__ __forceinline__ void feature_map8(float (&x)[kPer]) {
   if constexpr (FM == 0) {
