@@ -139,11 +139,12 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
   // _pairs_reload (x blocks loaded again for y, 80 registers, 24 warps per
   // SM): predicted 82-90% / 70-80%; measured 74.6% / 65.2%.
   for (LnQuantTokenRows v : {LnQuantTokenRows::One, LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsLean,
-                             LnQuantTokenRows::PairRows, LnQuantTokenRows::PairRowsReload}) {
+                             LnQuantTokenRows::PairRows, LnQuantTokenRows::PairRowsReload, LnQuantTokenRows::Columns}) {
     const char* key = v == LnQuantTokenRows::One                ? "ln_mod_quant_token128"
                       : v == LnQuantTokenRows::WarpRows         ? "ln_mod_quant_token128_warps"
                       : v == LnQuantTokenRows::WarpRowsLean     ? "ln_mod_quant_token128_warps_lean"
                       : v == LnQuantTokenRows::PairRows         ? "ln_mod_quant_token128_pairs"
+                      : v == LnQuantTokenRows::Columns          ? "ln_mod_quant_token128_columns"
                                                                 : "ln_mod_quant_token128_pairs_reload";
     ops[key] = result(
         td::bench::time_cuda([&](int i) {

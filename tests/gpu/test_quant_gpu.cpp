@@ -22,6 +22,7 @@
 //    of the reference's fp32 y.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -419,6 +420,7 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                                                   : token_rows == LnQuantTokenRows::WarpRowsLean ? " warp rows lean"
                                                   : token_rows == LnQuantTokenRows::PairRows     ? " pair rows"
                                                   : token_rows == LnQuantTokenRows::PairRowsReload ? " pair rows reload"
+                                                  : token_rows == LnQuantTokenRows::Columns        ? " columns"
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
@@ -575,6 +577,44 @@ TEST(LnModulateQuantGpu, Token128PairRowsAgainstReference) {
         << what << ": scales differ";
   }
 }
+// The column-owner kernel (LnQuantTokenRows::Columns): the common cases
+// (rows it does not take run the one-row kernel), then widths it takes
+// (256..5120 in steps the thread count allows) with row counts that leave
+// partial row blocks, samples changing inside a row block, single rows, and
+// every configuration of its ring (TURBODIFF_LNQ_COLUMNS_CFG), each against
+// the reference.
+TEST(LnModulateQuantGpu, Token128ColumnsAgainstReference) {
+  TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
+  check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Columns);
+  constexpr LnCase kExtra[] = {{333, 1536, 111}, {131, 5120, 13}, {1001, 1536, 2}, {3, 1536, 1}, {1, 1536, 1},
+                               {7, 512, 3},      {9, 2048, 5},    {45, 3072, 45},  {5, 4608, 5}, {37, 256, 7},
+                               {17, 4096, 17},   {2, 5120, 1},    {6, 8192, 3},    {19, 1000, 7}};
+  const char* configs[] = {nullptr, "4,2,2", "2,4,2", "8,1,2", "4,1,3"};
+  for (const char* cfg : configs) {
+    if (cfg)
+      setenv("TURBODIFF_LNQ_COLUMNS_CFG", cfg, 1);
+    else
+      unsetenv("TURBODIFF_LNQ_COLUMNS_CFG");
+    const std::string name = std::string("columns cfg ") + (cfg ? cfg : "default");
+    for (ElemType t : kActTypes)
+      for (const LnCase& lc : kExtra) {
+        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+        check_ln(Fmt::Token128, p,
+                 "ln_modulate_quant token128 " + name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                     std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
+                 LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::Columns);
+      }
+    // Wan 14B 720p rows, two samples, and Wan 1.3B 480p rows.
+    check_ln(Fmt::Token128, make_ln_problem(ElemType::BF16, 2 * 1500 + 1, 5120, 1500),
+             "ln_modulate_quant token128 " + name + " bf16 3001x5120", LnQuantBlockPath::Auto, false, nullptr,
+             LnQuantTokenRows::Columns);
+    check_ln(Fmt::Token128, make_ln_problem(ElemType::BF16, 32760, 1536, 32760),
+             "ln_modulate_quant token128 " + name + " bf16 32760x1536", LnQuantBlockPath::Auto, false, nullptr,
+             LnQuantTokenRows::Columns);
+  }
+  unsetenv("TURBODIFF_LNQ_COLUMNS_CFG");
+}
+
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }
 TEST(LnModulateQuantGpu, Block128ClusterAgainstReference) {

@@ -47,6 +47,7 @@
 #include <mutex>
 
 #include "kernels/quant/layernorm_modulate_quant.h"
+#include "kernels/quant/layernorm_modulate_quant_columns.h"
 #include "kernels/quant/quant_device.cuh"
 
 namespace td::kernels {
@@ -727,9 +728,11 @@ Status launch_token128_pairs(const LnArgs& a, bool reload, cudaStream_t s) {
 }
 
 // The token128 kernel that LnQuantTokenRows::Auto means:
-// TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload (read per
-// call, for A/B in benchmarks), else PairRowsReload where it takes the rows,
-// WarpRowsLean up to dim 2048 and the one-row kernel above (measured, below). The Two / Four rows-per-CTA
+// TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload|columns
+// (read per call, for A/B in benchmarks), else Columns
+// (layernorm_modulate_quant_columns.cu) where it takes the rows, then
+// PairRowsReload, WarpRowsLean up to dim 2048 and the one-row kernel above
+// (measured, below). The Two / Four rows-per-CTA
 // kernels (45-53% of copy), the persistent WarpTeams kernel (47.8-58.7%)
 // and WarpRowsPrefetch (64.6-65.8%), all slower than WarpRowsLean / One on
 // the H200 (2026-11-30), were removed.
@@ -738,6 +741,7 @@ constexpr int kWarpRows = -2;
 constexpr int kWarpRowsLean = -4;  // WarpRowsLean (TURBODIFF_LNQ_TOKEN_ROWS=warps_lean)
 constexpr int kPairRows = -5;      // PairRows (TURBODIFF_LNQ_TOKEN_ROWS=pairs)
 constexpr int kPairRowsReload = -6;  // PairRowsReload (TURBODIFF_LNQ_TOKEN_ROWS=pairs_reload)
+constexpr int kColumns = -7;         // Columns (TURBODIFF_LNQ_TOKEN_ROWS=columns)
 int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
   switch (v) {
     case LnQuantTokenRows::One: return kOneRow;
@@ -745,6 +749,7 @@ int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
     case LnQuantTokenRows::WarpRowsLean: return kWarpRowsLean;
     case LnQuantTokenRows::PairRows: return kPairRows;
     case LnQuantTokenRows::PairRowsReload: return kPairRowsReload;
+    case LnQuantTokenRows::Columns: return kColumns;
     case LnQuantTokenRows::Auto: break;
   }
   if (const char* e = std::getenv("TURBODIFF_LNQ_TOKEN_ROWS")) {
@@ -752,15 +757,18 @@ int resolve_token_rows(LnQuantTokenRows v, int64_t dim) {
     if (std::strcmp(e, "warps_lean") == 0) return kWarpRowsLean;
     if (std::strcmp(e, "pairs") == 0) return kPairRows;
     if (std::strcmp(e, "pairs_reload") == 0) return kPairRowsReload;
+    if (std::strcmp(e, "columns") == 0) return kColumns;
     if (std::strcmp(e, "1") == 0) return kOneRow;
   }
-  // Measured on the H200 (2026-11-30, bench_quant_rope, fraction of copy at
-  // 32760x1536 / 75600x5120): PairRowsReload 77.2% / 65.3%, PairRows 76.3% /
-  // 61.4%, WarpRowsLean 67.6% / 57.8%, the one-row kernel 59.3% / 59.7%; the
-  // pair kernels' GPU tests passed on the final code (2026-11-30, session 5).
-  // Rows the pair kernels do not take (fp32 x, dim % 512 != 0) go to
-  // auto_fallback_token_rows. All are below issue 3's 90%.
-  return kPairRowsReload;
+  // Measured on the H200 (2026-11-30, bench_quant_rope, fraction of a
+  // same-traffic copy at 32760x1536 / 75600x5120, session 8): Columns
+  // 94.9-98.5% / 85.8-87.1%, PairRowsReload 81.6-84.6% / 65.9-67.1%
+  // (session 5, of the older copy reference: PairRowsReload 77.2% / 65.3%,
+  // PairRows 76.3% / 61.4%, WarpRowsLean 67.6% / 57.8%, the one-row kernel
+  // 59.3% / 59.7%). Rows Columns does not take go to PairRowsReload, and
+  // rows that one does not take (fp32 x, dim % 512 != 0) to
+  // auto_fallback_token_rows.
+  return kColumns;
 }
 // Where Auto's pair kernel does not take the rows: WarpRowsLean up to dim
 // 2048 (bit-identical to One), One above.
@@ -1069,6 +1077,15 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
   if (plan.threads == 0) return Status::InvalidArgument;
   int R = resolve_token_rows(rows_per_cta, dim);
   auto s = static_cast<cudaStream_t>(stream);
+  if (R == kColumns) {
+    const Status st = ln_mod_quant_token128_columns_cuda(x_type, x, rows, dim, ld_x, mod_shift, mod_scale, ld_mod,
+                                                         rows_per_batch, eps, q, ld_q, scales, ld_scales, stream);
+    if (st != Status::Unsupported) return st;
+    // Rows it does not take (fp32, dim % 256 != 0, dim > 5120): Auto goes on
+    // to the pair kernel (and its fallback), an explicit Columns to One.
+    const bool from_auto = rows_per_cta == LnQuantTokenRows::Auto && std::getenv("TURBODIFF_LNQ_TOKEN_ROWS") == nullptr;
+    R = from_auto ? kPairRowsReload : kOneRow;
+  }
   if (R == kPairRows || R == kPairRowsReload) {
     const Status st = dispatch_act_type(x_type, [&](auto tag) {
       return launch_token128_pairs<typename decltype(tag)::type>(a, R == kPairRowsReload, s);

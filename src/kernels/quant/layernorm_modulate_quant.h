@@ -82,12 +82,20 @@ Status layernorm_modulate_quant_block128_cpu(ElemType x_type, const void* x, int
 //               (L1 / L2) for y instead of held in registers since the
 //               statistics: 80 registers instead of 128 (24 warps per SM
 //               instead of 16). Same results as PairRows.
-//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload
-//               if set, else PairRowsReload where it takes the rows (16-bit x,
-//               dim % 512 == 0), WarpRowsLean up to dim 2048, One above.
+//   Auto        TURBODIFF_LNQ_TOKEN_ROWS=1|warps|warps_lean|pairs|pairs_reload|columns
+//               if set, else Columns where it takes the rows, then
+//               PairRowsReload where it takes them (16-bit x, dim % 512 ==
+//               0), WarpRowsLean up to dim 2048, One above.
 //   (Two / Four rows per CTA, WarpTeams and WarpRowsPrefetch measured slower
 //   than WarpRowsLean / One on the H200 and were removed.)
-enum class LnQuantTokenRows { Auto, One, WarpRows, WarpRowsLean, PairRows, PairRowsReload };
+//   Columns     threads own columns of R rows at a time, x through a
+//               cp.async ring (layernorm_modulate_quant_columns.cu): 94.9-
+//               98.5% / 85.8-87.1% of a same-traffic copy at 32760x1536 /
+//               75600x5120 on the H200 (PairRowsReload: 81.6-84.6% / 65.9-
+//               67.1%). 16-bit x with dim % 256 == 0 and dim <= 5120; an
+//               explicit Columns runs One elsewhere. Not bit-identical to
+//               the others (codes within +-1 near ties).
+enum class LnQuantTokenRows { Auto, One, WarpRows, WarpRowsLean, PairRows, PairRowsReload, Columns };
 
 // The row(s) held in registers: one read of x, one write of q.
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,

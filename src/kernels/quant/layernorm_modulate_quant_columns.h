@@ -1,0 +1,31 @@
+// LnQuantTokenRows::Columns, the column-owner token128 kernel of the fused
+// LayerNorm + AdaLN modulation + INT8 quantization (contract and formulas:
+// layernorm_modulate_quant.h; design: layernorm_modulate_quant_columns.cu).
+// Internal to the quant folder: layernorm_modulate_quant_token128_cuda
+// dispatches here after its own argument checks.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant/quant_common.h"
+#include "kernels/status.h"
+
+namespace td::kernels {
+
+#if TURBODIFF_HAVE_CUDA
+// The rows this kernel takes: 16-bit x with dim a multiple of 256 and at most
+// kLnColumnsMaxDim (a thread per 8 columns, <= 640 threads), 16-byte aligned
+// rows (ld_x % 8 == 0, checked by the caller).
+inline constexpr int64_t kLnColumnsMaxDim = 5120;
+bool ln_mod_quant_token128_columns_takes(ElemType x_type, int64_t dim);
+
+// Runs the kernel; Status::Unsupported where ln_mod_quant_token128_columns_takes
+// is false. Arguments otherwise as layernorm_modulate_quant_token128_cuda
+// (already checked by it).
+Status ln_mod_quant_token128_columns_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim, int64_t ld_x,
+                                          const float* mod_shift, const float* mod_scale, int64_t ld_mod,
+                                          int64_t rows_per_batch, float eps, int8_t* q, int64_t ld_q, float* scales,
+                                          int64_t ld_scales, void* stream);
+#endif
+
+}  // namespace td::kernels
