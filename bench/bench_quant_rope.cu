@@ -170,9 +170,11 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
   // Every kernel variant side by side: qk_norm_rope_<layout> is GlobalTables,
   // qk_norm_rope_<layout>_shared is SharedAngles (Auto's choice).
   for (RopeOutLayout layout : {RopeOutLayout::BLHD, RopeOutLayout::BHLD})
-    for (QkRopeKernel kernel : {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles}) {
+    for (QkRopeKernel kernel :
+         {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles, QkRopeKernel::SharedAnglesWarpRows}) {
       std::string key = layout == RopeOutLayout::BLHD ? "qk_norm_rope_blhd" : "qk_norm_rope_bhld";
       if (kernel == QkRopeKernel::SharedAngles) key += "_shared";
+      if (kernel == QkRopeKernel::SharedAnglesWarpRows) key += "_shared_warps";
       ops[key] = result(
           td::bench::time_cuda([&](int i) {
             check(qk_norm_rope_cuda(ElemType::BF16, xi(i), K, ki(i), K, weights, weights + K, 1, s.frames, s.height,

@@ -86,9 +86,11 @@ void check_case(const RopeCase& rc, ElemType in_type, ElemType out_type, RopeOut
       dqo(out_bytes), dko(out_bytes);
   dq.upload(q.data()), dk.upload(k.data()), dwq.upload(wq.data()), dwk.upload(wk.data()), dt.upload(tables.data());
   // Every kernel variant against the same reference, outputs poisoned before each.
-  for (QkRopeKernel kernel : {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles}) {
-    const std::string kwhat =
-        what + (kernel == QkRopeKernel::GlobalTables ? " [GlobalTables]" : " [SharedAngles]");
+  for (QkRopeKernel kernel :
+       {QkRopeKernel::GlobalTables, QkRopeKernel::SharedAngles, QkRopeKernel::SharedAnglesWarpRows}) {
+    const std::string kwhat = what + (kernel == QkRopeKernel::GlobalTables   ? " [GlobalTables]"
+                                      : kernel == QkRopeKernel::SharedAngles ? " [SharedAngles]"
+                                                                             : " [SharedAnglesWarpRows]");
     test::poison(q_gpu.data(), q_gpu.size(), dtype_of(out_type));
     test::poison(k_gpu.data(), k_gpu.size(), dtype_of(out_type));
     dqo.upload(q_gpu.data()), dko.upload(k_gpu.data());

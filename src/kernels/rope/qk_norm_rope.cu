@@ -39,6 +39,7 @@ struct RopeArgs {
   const float* tables;
   int pairs_t, pairs_h, pairs_w;
   int64_t cos_t, sin_t, cos_h, sin_h, cos_w, sin_w;
+  int64_t rows;  // batch * L
 };
 
 template <typename Tin, typename Tout, int V>
@@ -117,14 +118,25 @@ __global__ void __launch_bounds__(kMaxRowThreads) qk_norm_rope_kernel(RopeArgs a
 // 8-element pack, vs 1 request for the pack's data) and the 64-bit divisions
 // were the non-memory cost; without them the kernel should approach the
 // norm kernels' ~90% of copy bandwidth (was 50-53%).
-template <typename Tin, typename Tout, int V>
+//
+// kWarpRows (QkRopeKernel::SharedAnglesWarpRows): the same kernel with one
+// warp per row and kWarpRowsPerCta independent rows per CTA (rows of up to
+// 256 packs, V = packs / 32 per lane): the sum of squares is one shuffle
+// tree, no shared-memory exchange or CTA barrier, and each warp gathers its
+// own token's angles. (For issue 3's bar at 1536 columns, where the
+// one-CTA-per-row kernel measured 88-89% of a same-traffic copy in BHLD.)
+constexpr int kWarpRowsPerCta = 4;
+
+template <typename Tin, typename Tout, int V, bool kWarpRows = false>
 __global__ void __launch_bounds__(kMaxRowThreads) qk_norm_rope_shared_kernel(RopeArgs a) {
   __shared__ float red[kMaxRowThreads / 32];
-  extern __shared__ float4 rot_smem[];  // head_dim / 2 float2 (cos, sin), as float4 for 16-byte reads
-  float2* rot = reinterpret_cast<float2*>(rot_smem);
+  extern __shared__ float4 rot_smem[];  // head_dim / 2 float2 (cos, sin) per row of the CTA, as float4
   const int which = int(blockIdx.y);
-  const int t = int(threadIdx.x), threads = int(blockDim.x);
-  const uint32_t r = blockIdx.x;
+  const int t = kWarpRows ? int(threadIdx.x & 31u) : int(threadIdx.x);
+  const int threads = kWarpRows ? 32 : int(blockDim.x);
+  const uint32_t r = kWarpRows ? blockIdx.x * kWarpRowsPerCta + (threadIdx.x >> 5) : blockIdx.x;
+  if (kWarpRows && int64_t(r) >= a.rows) return;  // a whole warp; no CTA barrier follows
+  float2* rot = reinterpret_cast<float2*>(rot_smem) + (kWarpRows ? (threadIdx.x >> 5) * (a.head_dim / 2) : 0);
   const int packs = a.dim / 8;
   const Tin* row = static_cast<const Tin*>(a.in[which]) + int64_t(r) * a.ld_in[which];
 
@@ -166,9 +178,12 @@ __global__ void __launch_bounds__(kMaxRowThreads) qk_norm_rope_shared_kernel(Rop
     for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
   }
   // group_sum's __syncthreads (several warps) also publishes rot[]; a
-  // one-warp CTA has no barrier in it, so sync the warp here.
+  // one-warp row has no barrier in it, so sync the warp here.
   if (threads == 32) __syncwarp();
-  ss = group_sum(ss, red, 0, threads, 0);
+  if constexpr (kWarpRows)
+    ss = warp_sum(ss);
+  else
+    ss = group_sum(ss, red, 0, threads, 0);
   const float rstd = __fdiv_rn(1.f, __fsqrt_rn(ss / float(a.dim) + a.eps));
 
   const float* weight = a.weight[which];
@@ -205,14 +220,31 @@ QkRopeKernel resolve_kernel(QkRopeKernel k) {
   if (k != QkRopeKernel::Auto) return k;
   if (const char* e = std::getenv("TURBODIFF_QK_ROPE_KERNEL")) {
     if (std::strcmp(e, "global") == 0) return QkRopeKernel::GlobalTables;
+    if (std::strcmp(e, "shared_warps") == 0) return QkRopeKernel::SharedAnglesWarpRows;
   }
   // SharedAngles: 94-100% of copy bandwidth on the H200 (2026-11-30,
   // bench_quant_rope) against 50-54% for GlobalTables; GPU tests passed.
-  return QkRopeKernel::SharedAngles;
+  // SharedAnglesWarpRows where it takes the rows (launch() falls back to
+  // SharedAngles elsewhere): at 32760x1536, fraction of a same-traffic copy,
+  // two runs (H200, session 8): BHLD 90.8-91.1% against 89.2-89.3%, BLHD
+  // 92.8-93.5% against 91.8-92.0%.
+  return QkRopeKernel::SharedAnglesWarpRows;
 }
 
 template <typename Tin, typename Tout>
 Status launch(const RopeArgs& a, int64_t rows, const RowPlan& plan, QkRopeKernel kernel, cudaStream_t s) {
+  if (kernel == QkRopeKernel::SharedAnglesWarpRows) {
+    const int packs = a.dim / 8;
+    if (packs % 32 == 0 && packs / 32 <= 8) {
+      const dim3 grid{unsigned((rows + kWarpRowsPerCta - 1) / kWarpRowsPerCta), 2u, 1u};
+      return dispatch_packs(packs / 32, [&](auto v) {
+        qk_norm_rope_shared_kernel<Tin, Tout, decltype(v)::value, true>
+            <<<grid, unsigned(32 * kWarpRowsPerCta), size_t(kWarpRowsPerCta) * size_t(a.head_dim) * 4, s>>>(a);
+        return launch_status();
+      });
+    }
+    kernel = QkRopeKernel::SharedAngles;  // rows of other widths: one CTA per row
+  }
   const dim3 grid{unsigned(rows), 2u, 1u};
   return dispatch_packs(plan.packs_per_thread, [&](auto v) {
     if (kernel == QkRopeKernel::SharedAngles)
@@ -254,6 +286,7 @@ Status qk_norm_rope_cuda(ElemType in_type, const void* q_in, int64_t ld_q_in, co
   a.L = L, a.plane = height * width, a.height = height, a.width = width;
   a.heads = heads, a.head_dim = head_dim, a.dim = int(dim), a.eps = eps;
   a.bhld = layout == RopeOutLayout::BHLD;
+  a.rows = rows;
   a.tables = rope_tables;
   a.pairs_t = tl.pairs_t, a.pairs_h = tl.pairs_h, a.pairs_w = tl.pairs_w;
   a.cos_t = tl.cos_t, a.sin_t = tl.sin_t, a.cos_h = tl.cos_h, a.sin_h = tl.sin_h, a.cos_w = tl.cos_w,
@@ -264,6 +297,9 @@ Status qk_norm_rope_cuda(ElemType in_type, const void* q_in, int64_t ld_q_in, co
   kernel = resolve_kernel(kernel);
   // SharedAngles keeps head_dim * 4 bytes of angles in shared memory: up to
   // 48 KB without opting in, i.e. head_dim <= 12288 (any real model).
+  // SharedAnglesWarpRows keeps kWarpRowsPerCta tokens' angles: head_dim <= 3072.
+  if (kernel == QkRopeKernel::SharedAnglesWarpRows && head_dim > 12288 / kWarpRowsPerCta)
+    kernel = QkRopeKernel::SharedAngles;
   if (kernel == QkRopeKernel::SharedAngles && head_dim > 12288) kernel = QkRopeKernel::GlobalTables;
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch_act_type(in_type, [&](auto tag) {

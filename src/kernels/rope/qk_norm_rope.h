@@ -41,9 +41,15 @@ Status qk_norm_rope_cpu(ElemType in_type, const void* q_in, int64_t ld_q_in, con
 //   SharedAngles  a token's head_dim / 2 (cos, sin) pairs are gathered once
 //                 per CTA into shared memory and shared by all its heads;
 //                 32-bit position decode. (The default since the H200 run of 2026-11-30.)
-//   Auto          TURBODIFF_QK_ROPE_KERNEL=shared|global if set, else SharedAngles
-//                 (94-100% of copy on the H200, 2026-11-30, against ~52%).
-enum class QkRopeKernel { Auto, GlobalTables, SharedAngles };
+//   Auto          TURBODIFF_QK_ROPE_KERNEL=shared|global|shared_warps if set, else
+//                 SharedAnglesWarpRows where it takes the rows (1536: 90.8-91.1% /
+//                 92.8-93.5% of a same-traffic copy in BHLD / BLHD on the H200,
+//                 SharedAngles 89.2-89.3% / 91.8-92.0%), SharedAngles elsewhere
+//                 (93-98% at 5120; GlobalTables ~52%).
+//   SharedAnglesWarpRows  SharedAngles with a warp per row, 4 rows per CTA
+//                 (no CTA barrier), for rows of 256..2048 columns in steps of
+//                 256; other widths run SharedAngles.
+enum class QkRopeKernel { Auto, GlobalTables, SharedAngles, SharedAnglesWarpRows };
 
 #if TURBODIFF_HAVE_CUDA
 // One CTA per token row (grid.y selects q or k), the row in registers: one
