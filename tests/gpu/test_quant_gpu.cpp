@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -448,6 +449,20 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
 }
 
 TEST(LnModulateQuantGpu, Token128AgainstReference) { check_ln_fmt(Fmt::Token128); }
+
+// Each case, in every activation type, through token128 variant v against
+// the reference; `name` labels the failures.
+void check_ln_token128_cases(const std::string& name, LnQuantTokenRows v, std::initializer_list<LnCase> cases) {
+  for (ElemType t : kActTypes)
+    for (const LnCase& lc : cases) {
+      const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
+      check_ln(Fmt::Token128, p,
+               "ln_modulate_quant token128 " + name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                   std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
+               LnQuantBlockPath::Auto, false, nullptr, v);
+    }
+}
+
 // The warp-per-row token128 variant (LnQuantTokenRows::WarpRows): the cases
 // above (plans of 1 warp at 64, 200, 1000; 2 at 1536; 4 at 4096; 5 at 5120:
 // rows that fill every slot and rows that do not; samples changing inside a
@@ -463,19 +478,8 @@ TEST(LnModulateQuantGpu, Token128WarpRowsAgainstReference) {
   TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
   for (LnQuantTokenRows v : {LnQuantTokenRows::WarpRows, LnQuantTokenRows::WarpRowsLean}) {
     check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, v);
-    constexpr LnCase kExtra[] = {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2},
-                                 {19, 8960, 7},  {5, 5120, 3},   {3, 1536, 1}};
-    for (ElemType t : kActTypes)
-      for (const LnCase& lc : kExtra) {
-        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-        check_ln(Fmt::Token128, p,
-                 std::string("ln_modulate_quant token128 warp rows") +
-                     (v == LnQuantTokenRows::WarpRowsLean ? " lean " : " ") +
-                     type_name(t) + " " +
-                     std::to_string(lc.rows) + "x" + std::to_string(lc.dim) + " per batch " +
-                     std::to_string(lc.rows_per_batch),
-                 LnQuantBlockPath::Auto, false, nullptr, v);
-      }
+    check_ln_token128_cases(v == LnQuantTokenRows::WarpRowsLean ? "warp rows lean" : "warp rows", v,
+                            {{77, 6144, 20}, {45, 3072, 45}, {1001, 1536, 2}, {19, 8960, 7}, {5, 5120, 3}, {3, 1536, 1}});
   }
 }
 
@@ -551,17 +555,10 @@ TEST(LnModulateQuantGpu, Token128PairRowsAgainstReference) {
   for (LnQuantTokenRows v : {LnQuantTokenRows::PairRows, LnQuantTokenRows::PairRowsReload}) {
     const std::string name = v == LnQuantTokenRows::PairRows ? "pair rows" : "pair rows reload";
     check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, v);
-    constexpr LnCase kExtra[] = {{333, 1536, 111}, {131, 5120, 13}, {1001, 1536, 2}, {3, 1536, 1},  {1, 1536, 1},
-                                 {7, 512, 3},      {9, 2048, 5},    {45, 3072, 45},  {5, 4608, 5},  {77, 6144, 20},
-                                 {6, 8192, 3},     {19, 8960, 7},   {37, 1000, 7},   {17, 4096, 17}};
-    for (ElemType t : kActTypes)
-      for (const LnCase& lc : kExtra) {
-        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-        check_ln(Fmt::Token128, p,
-                 "ln_modulate_quant token128 " + name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
-                     std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
-                 LnQuantBlockPath::Auto, false, nullptr, v);
-      }
+    check_ln_token128_cases(name, v,
+                            {{333, 1536, 111}, {131, 5120, 13}, {1001, 1536, 2}, {3, 1536, 1}, {1, 1536, 1},
+                             {7, 512, 3}, {9, 2048, 5}, {45, 3072, 45}, {5, 4608, 5}, {77, 6144, 20}, {6, 8192, 3},
+                             {19, 8960, 7}, {37, 1000, 7}, {17, 4096, 17}});
     // Wan 14B 720p rows, two samples (the pair kernel's multi-warp teams at scale).
     const LnProblem wan = make_ln_problem(ElemType::BF16, 2 * 1500 + 1, 5120, 1500);
     check_ln(Fmt::Token128, wan, "ln_modulate_quant token128 " + name + " bf16 3001x5120", LnQuantBlockPath::Auto,
@@ -586,9 +583,6 @@ TEST(LnModulateQuantGpu, Token128PairRowsAgainstReference) {
 TEST(LnModulateQuantGpu, Token128ColumnsAgainstReference) {
   TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
   check_ln_fmt(Fmt::Token128, LnQuantBlockPath::Auto, LnQuantTokenRows::Columns);
-  constexpr LnCase kExtra[] = {{333, 1536, 111}, {131, 5120, 13}, {1001, 1536, 2}, {3, 1536, 1}, {1, 1536, 1},
-                               {7, 512, 3},      {9, 2048, 5},    {45, 3072, 45},  {5, 4608, 5}, {37, 256, 7},
-                               {17, 4096, 17},   {2, 5120, 1},    {6, 8192, 3},    {19, 1000, 7}};
   const char* configs[] = {nullptr, "4,2,2", "2,4,2", "8,1,2", "4,1,3"};
   for (const char* cfg : configs) {
     if (cfg)
@@ -596,14 +590,10 @@ TEST(LnModulateQuantGpu, Token128ColumnsAgainstReference) {
     else
       unsetenv("TURBODIFF_LNQ_COLUMNS_CFG");
     const std::string name = std::string("columns cfg ") + (cfg ? cfg : "default");
-    for (ElemType t : kActTypes)
-      for (const LnCase& lc : kExtra) {
-        const LnProblem p = make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch);
-        check_ln(Fmt::Token128, p,
-                 "ln_modulate_quant token128 " + name + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
-                     std::to_string(lc.dim) + " per batch " + std::to_string(lc.rows_per_batch),
-                 LnQuantBlockPath::Auto, false, nullptr, LnQuantTokenRows::Columns);
-      }
+    check_ln_token128_cases(name, LnQuantTokenRows::Columns,
+                            {{333, 1536, 111}, {131, 5120, 13}, {1001, 1536, 2}, {3, 1536, 1}, {1, 1536, 1},
+                             {7, 512, 3}, {9, 2048, 5}, {45, 3072, 45}, {5, 4608, 5}, {37, 256, 7}, {17, 4096, 17},
+                             {2, 5120, 1}, {6, 8192, 3}, {19, 1000, 7}});
     // Wan 14B 720p rows, two samples, and Wan 1.3B 480p rows.
     check_ln(Fmt::Token128, make_ln_problem(ElemType::BF16, 2 * 1500 + 1, 5120, 1500),
              "ln_modulate_quant token128 " + name + " bf16 3001x5120", LnQuantBlockPath::Auto, false, nullptr,

@@ -55,21 +55,6 @@ namespace {
 
 using namespace qdev;
 
-struct LnArgs {
-  const void* x;
-  int64_t rows;
-  int dim;
-  int64_t ld_x;
-  const float* shift;
-  const float* scale;
-  int64_t ld_mod;
-  int64_t rows_per_batch;
-  float eps;
-  int8_t* q;
-  int64_t ld_q;
-  float* scales;
-  int64_t ld_scales;
-};
 
 // Mean and rstd of a row held as V packs per thread by a team of `threads`
 // (pack p = t + j * threads valid while p < packs).
@@ -116,7 +101,7 @@ __device__ __forceinline__ void modulate_pack(const Pack8<T>& raw, float mean, f
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_kernel(LnArgs a) {
+__global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_kernel(LnQuantArgs a) {
   __shared__ float red[2][kMaxRowThreads / 32];
   const int t = int(threadIdx.x), threads = int(blockDim.x);
   const int64_t r = blockIdx.x;
@@ -216,7 +201,7 @@ constexpr int warp_rows_chunk(int S, int words, int cap_limit = 8) {
 
 // The loads of row r (slot s: pack lane + 32 s; zeros past the row).
 template <typename T, int S, bool kFull>
-__device__ __forceinline__ void warp_row_load(const LnArgs& a, int64_t r, Pack8<T> (&raw)[S]) {
+__device__ __forceinline__ void warp_row_load(const LnQuantArgs& a, int64_t r, Pack8<T> (&raw)[S]) {
   const int lane = int(threadIdx.x & 31u), packs = a.dim / 8;
   const T* xr = static_cast<const T*>(a.x) + r * a.ld_x;
 #pragma unroll
@@ -229,7 +214,7 @@ __device__ __forceinline__ void warp_row_load(const LnArgs& a, int64_t r, Pack8<
 // division pairs per lane instead of one, 24 fp32 y instead of 48), to fit
 // 72 registers).
 template <typename T, int VD, int W, bool kFull, bool kHoldAllowed>
-__device__ __forceinline__ void warp_row_finish(const LnArgs& a, int64_t r, const Pack8<T> (&raw)[VD * W]) {
+__device__ __forceinline__ void warp_row_finish(const LnQuantArgs& a, int64_t r, const Pack8<T> (&raw)[VD * W]) {
   constexpr int S = VD * W;
   constexpr int C = warp_rows_chunk(S, Pack8<T>::kWords, kHoldAllowed ? 8 : 3);
   constexpr bool kHold = kHoldAllowed && (sizeof(T) == 4 || S * 8 <= 48);
@@ -353,7 +338,7 @@ __device__ __forceinline__ void warp_row_finish(const LnArgs& a, int64_t r, cons
 }
 
 template <typename T, int VD, int W, bool kFull>
-__global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_kernel(LnArgs a) {
+__global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_kernel(LnQuantArgs a) {
   const int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
   if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
   Pack8<T> raw[VD * W];
@@ -372,7 +357,7 @@ __global__ void __launch_bounds__(kWarpRowsCta) ln_mod_quant_token128_warp_rows_
 // 16 warps per SM, was: ~30% issue at 58.7% of copy).
 // Bit-identical to One. Predicted at 32760x1536 bf16: 90-95% of copy.
 template <typename T, int VD, int W>
-__global__ void __launch_bounds__(kWarpRowsCta, 7) ln_mod_quant_token128_warp_rows_lean_kernel(LnArgs a) {
+__global__ void __launch_bounds__(kWarpRowsCta, 7) ln_mod_quant_token128_warp_rows_lean_kernel(LnQuantArgs a) {
   const int64_t r = int64_t(blockIdx.x) * kWarpRowsPerCta + int(threadIdx.x >> 5);
   if (r >= a.rows) return;  // a whole warp; no CTA-wide barrier follows
   Pack8<T> raw[VD * W];
@@ -390,7 +375,7 @@ constexpr int kWarpRowsLeanMaxWords = 6;
 // threads) where its raw row fits kWarpRowsMaxWords per lane and W <= 5;
 // Unsupported otherwise (the caller runs the one-row kernel).
 template <typename T, int VD>
-Status launch_token128_warp_rows(const LnArgs& a, int W, bool lean, cudaStream_t s) {
+Status launch_token128_warp_rows(const LnQuantArgs& a, int W, bool lean, cudaStream_t s) {
   constexpr int kWords = Pack8<T>::kWords;
   const unsigned grid = unsigned((a.rows + kWarpRowsPerCta - 1) / kWarpRowsPerCta);
   auto go = [&](auto wtag) -> Status {
@@ -521,7 +506,7 @@ __device__ __forceinline__ uint32_t quantize4_prmt(const float (&f)[4], float in
 template <typename T, int P, bool kMulti, bool kReload>
 __global__ void __launch_bounds__(kMulti ? kPairMaxWarps * 32 : kPairTeamsPerCta * 32,
                                   kReload ? (kMulti ? 3 : 24 / kPairTeamsPerCta) : (kMulti ? 2 : 16 / kPairTeamsPerCta))
-    ln_mod_quant_token128_pair_kernel(LnArgs a, int team_warps) {
+    ln_mod_quant_token128_pair_kernel(LnQuantArgs a, int team_warps) {
   static_assert(sizeof(T) == 2, "16-bit rows");
   __shared__ float red[2][2][kPairMaxWarps];  // [statistic][row][warp]
   const int lane = int(threadIdx.x & 31u), warp = int(threadIdx.x >> 5);
@@ -690,7 +675,7 @@ __global__ void __launch_bounds__(kMulti ? kPairMaxWarps * 32 : kPairTeamsPerCta
 // row, preferred in that order: enough loads per lane, few warps per team);
 // Unsupported otherwise (the caller runs the one-row kernel).
 template <typename T>
-Status launch_token128_pairs(const LnArgs& a, bool reload, cudaStream_t s) {
+Status launch_token128_pairs(const LnQuantArgs& a, bool reload, cudaStream_t s) {
   if constexpr (sizeof(T) != 2) {
     return Status::Unsupported;
   } else {
@@ -779,7 +764,7 @@ constexpr int kMaxTeams = 15;  // named barriers 1..15
 constexpr int kMaxGroups = kMaxRowDim / kQuantGroup;
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kBlockCtaThreads) ln_mod_quant_block128_kernel(LnArgs a, int threads, int teams) {
+__global__ void __launch_bounds__(kBlockCtaThreads) ln_mod_quant_block128_kernel(LnQuantArgs a, int threads, int teams) {
   __shared__ float row_mean[kQuantGroup], row_rstd[kQuantGroup];
   __shared__ uint32_t group_amax[kMaxGroups];  // float bits of non-negative maxima
   __shared__ float group_inv[kMaxGroups];
@@ -865,7 +850,7 @@ constexpr int kMaxClusterRows = 16;
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kBlockCtaThreads)
-    ln_mod_quant_block128_cluster_kernel(LnArgs a, int threads, int teams, int rows_per_cta) {
+    ln_mod_quant_block128_cluster_kernel(LnQuantArgs a, int threads, int teams, int rows_per_cta) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -1032,7 +1017,7 @@ int cluster_config_for(int dev, int dim, const RowPlan& plan) {
 // Launches the cluster kernel if this device and shape allow one of the
 // configurations; Unsupported otherwise.
 template <typename T, int V>
-Status launch_block128_cluster(const LnArgs& a, const RowPlan& plan, int64_t stripes, cudaStream_t s) {
+Status launch_block128_cluster(const LnQuantArgs& a, const RowPlan& plan, int64_t stripes, cudaStream_t s) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return Status::LaunchFailed;
   const int i = cluster_config_for<T, V>(dev, a.dim, plan);
@@ -1049,7 +1034,7 @@ Status launch_block128_cluster(const LnArgs& a, const RowPlan& plan, int64_t str
 }
 
 // Shape, stride and alignment checks shared by both entry points.
-Status check_ln_args(const LnArgs& a, ElemType x_type) {
+Status check_ln_args(const LnQuantArgs& a, ElemType x_type) {
   if (a.rows < 0 || a.dim < 0 || a.rows_per_batch < 1 || !(a.eps >= 0.f)) return Status::InvalidArgument;
   if (x_type != ElemType::F32 && x_type != ElemType::F16 && x_type != ElemType::BF16) return Status::InvalidArgument;
   if (a.dim % 8 != 0 || a.dim > kMaxRowDim) return Status::InvalidArgument;
@@ -1070,7 +1055,7 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
                                               LnQuantTokenRows rows_per_cta) {
   if (rows == 0 || dim == 0) return rows < 0 || dim < 0 ? Status::InvalidArgument : Status::Ok;
   if (dim > kMaxRowDim || dim < 0) return Status::InvalidArgument;
-  const LnArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, ld_scales};
+  const LnQuantArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, ld_scales};
   if (const Status st = check_ln_args(a, x_type); st != Status::Ok) return st;
   if (ld_scales < rows || rows > 0x7fffffff) return Status::InvalidArgument;
   const RowPlan plan = plan_row(dim / 8);
@@ -1078,8 +1063,7 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
   int R = resolve_token_rows(rows_per_cta, dim);
   auto s = static_cast<cudaStream_t>(stream);
   if (R == kColumns) {
-    const Status st = ln_mod_quant_token128_columns_cuda(x_type, x, rows, dim, ld_x, mod_shift, mod_scale, ld_mod,
-                                                         rows_per_batch, eps, q, ld_q, scales, ld_scales, stream);
+    const Status st = ln_mod_quant_token128_columns_cuda(x_type, a, stream);
     if (st != Status::Unsupported) return st;
     // Rows it does not take (fp32, dim % 256 != 0, dim > 5120): Auto goes on
     // to the pair kernel (and its fallback), an explicit Columns to One.
@@ -1124,7 +1108,7 @@ Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, in
                                               int64_t ld_q, float* scales, LnQuantBlockPath path, void* stream) {
   if (rows == 0 || dim == 0) return rows < 0 || dim < 0 ? Status::InvalidArgument : Status::Ok;
   if (dim > kMaxRowDim || dim < 0) return Status::InvalidArgument;
-  const LnArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, 0};
+  const LnQuantArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, 0};
   if (const Status st = check_ln_args(a, x_type); st != Status::Ok) return st;
   const int64_t row_blocks = quant_groups(rows);
   if (row_blocks > 0x7fffffff) return Status::InvalidArgument;

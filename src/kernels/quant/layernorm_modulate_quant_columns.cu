@@ -61,6 +61,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "kernels/cp_async.cuh"
 #include "kernels/quant/quant_device.cuh"
 
 namespace td::kernels {
@@ -71,32 +72,7 @@ using namespace qdev;
 constexpr int kMaxThreads = int(kLnColumnsMaxDim / 8);  // 640
 constexpr int kMaxWarps = kMaxThreads / 32;
 
-struct ColArgs {
-  const void* x;
-  int64_t rows;
-  int dim;
-  int64_t ld_x;
-  const float* shift;
-  const float* scale;
-  int64_t ld_mod;
-  int64_t rows_per_batch;
-  float eps;
-  int8_t* q;
-  int64_t ld_q;
-  float* scales;
-  int64_t ld_scales;
-  int64_t blocks;  // row blocks: ceil(rows / R)
-};
 
-// 16 bytes global -> shared (shared-window address s), L2 only.
-__device__ __forceinline__ void cp_async16(uint32_t s, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ int64_t sample_index(int64_t r, int64_t rows_per_batch) {
   return (r <= int64_t(UINT32_MAX) && rows_per_batch <= int64_t(UINT32_MAX))
@@ -177,7 +153,7 @@ __device__ __forceinline__ float cta_row_sum(float (&v)[R], float (*part)[kMaxWa
 }
 
 template <typename T, int R, int V, int S, int kThreadsBound, int kMinBlocks>
-__global__ void __launch_bounds__(kThreadsBound, kMinBlocks) ln_mod_quant_token128_columns_kernel(ColArgs a) {
+__global__ void __launch_bounds__(kThreadsBound, kMinBlocks) ln_mod_quant_token128_columns_kernel(LnQuantArgs a) {
   static_assert(sizeof(T) == 2, "16-bit rows");
   static_assert(R >= 1 && R <= 8 && (R & (R - 1)) == 0, "R a power of two <= 8");
   static_assert((V == 1 || V == 2 || V == 4) && R * V <= 16, "1, 2 or 4 packs per thread and row");
@@ -205,7 +181,7 @@ __global__ void __launch_bounds__(kThreadsBound, kMinBlocks) ln_mod_quant_token1
       for (int i = 0; i < R; ++i) {
         if (i < left) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) cp_async16(dst + j * pack_row_bytes, src + j * 8 * threads);
+          for (int j = 0; j < V; ++j) cp_async_16(dst + j * pack_row_bytes, src + j * 8 * threads);
         }
         dst += V * pack_row_bytes;
         src += a.ld_x;
@@ -432,23 +408,22 @@ int resident_ctas(int dev, int threads, size_t smem, size_t smem_widest) {
 }
 
 template <typename T, int I>
-Status launch_config(const ColArgs& base, int sms, int dev, cudaStream_t stream) {
+Status launch_config(const LnQuantArgs& a, int sms, int dev, cudaStream_t stream) {
   constexpr Config c = kConfigs[I];
-  if (!config_takes(c, base.dim)) return Status::Unsupported;
-  const int threads = base.dim / (8 * c.packs);
-  const size_t smem = size_t(c.stages) * size_t(c.rows) * size_t(base.dim) * sizeof(T);
+  if (!config_takes(c, a.dim)) return Status::Unsupported;
+  const int threads = a.dim / (8 * c.packs);
+  const size_t smem = size_t(c.stages) * size_t(c.rows) * size_t(a.dim) * sizeof(T);
   const size_t smem_widest = size_t(c.stages) * size_t(c.rows) * size_t(kLnColumnsMaxDim) * sizeof(T);
   const int per_sm = resident_ctas<T, I>(dev, threads, smem, smem_widest);
   if (per_sm < 1) return Status::Unsupported;
-  ColArgs a = base;
-  a.blocks = (a.rows + c.rows - 1) / c.rows;
-  const int64_t grid = std::min<int64_t>(a.blocks, int64_t(sms) * per_sm);
+  const int64_t blocks = (a.rows + c.rows - 1) / c.rows;  // row blocks
+  const int64_t grid = std::min<int64_t>(blocks, int64_t(sms) * per_sm);
   kernel_of<T, I>()<<<unsigned(grid), unsigned(threads), smem, stream>>>(a);
   return launch_status();
 }
 
 template <typename T>
-Status launch(const ColArgs& a, int config, cudaStream_t stream) {
+Status launch(const LnQuantArgs& a, int config, cudaStream_t stream) {
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return Status::LaunchFailed;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return Status::LaunchFailed;
@@ -467,15 +442,10 @@ bool ln_mod_quant_token128_columns_takes(ElemType x_type, int64_t dim) {
   return (x_type == ElemType::BF16 || x_type == ElemType::F16) && dim > 0 && dim % 256 == 0 && dim <= kLnColumnsMaxDim;
 }
 
-Status ln_mod_quant_token128_columns_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim, int64_t ld_x,
-                                          const float* mod_shift, const float* mod_scale, int64_t ld_mod,
-                                          int64_t rows_per_batch, float eps, int8_t* q, int64_t ld_q, float* scales,
-                                          int64_t ld_scales, void* stream) {
-  if (!ln_mod_quant_token128_columns_takes(x_type, dim)) return Status::Unsupported;
-  if (rows == 0) return Status::Ok;
-  const ColArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales,
-                  ld_scales, 0};
-  const int config = config_for(dim);
+Status ln_mod_quant_token128_columns_cuda(ElemType x_type, const LnQuantArgs& a, void* stream) {
+  if (!ln_mod_quant_token128_columns_takes(x_type, a.dim)) return Status::Unsupported;
+  if (a.rows == 0) return Status::Ok;
+  const int config = config_for(a.dim);
   auto s = static_cast<cudaStream_t>(stream);
   if (x_type == ElemType::BF16) return launch<__nv_bfloat16>(a, config, s);
   return launch<__half>(a, config, s);

@@ -1,8 +1,9 @@
-// LnQuantTokenRows::Columns, the column-owner token128 kernel of the fused
-// LayerNorm + AdaLN modulation + INT8 quantization (contract and formulas:
-// layernorm_modulate_quant.h; design: layernorm_modulate_quant_columns.cu).
-// Internal to the quant folder: layernorm_modulate_quant_token128_cuda
-// dispatches here after its own argument checks.
+// Internal to the quant folder: the fused LayerNorm + AdaLN modulation + INT8
+// quantization kernels' argument block, and LnQuantTokenRows::Columns, the
+// column-owner token128 kernel (contract and formulas:
+// layernorm_modulate_quant.h; design: layernorm_modulate_quant_columns.cu),
+// which layernorm_modulate_quant_token128_cuda dispatches to after its own
+// argument checks.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,24 @@
 
 namespace td::kernels {
 
+// The arguments of the fused kernels (layernorm_modulate_quant.h's, checked
+// by its entry points), passed to the kernels by value.
+struct LnQuantArgs {
+  const void* x;
+  int64_t rows;
+  int dim;
+  int64_t ld_x;
+  const float* shift;
+  const float* scale;
+  int64_t ld_mod;
+  int64_t rows_per_batch;
+  float eps;
+  int8_t* q;
+  int64_t ld_q;
+  float* scales;
+  int64_t ld_scales;
+};
+
 #if TURBODIFF_HAVE_CUDA
 // The rows this kernel takes: 16-bit x with dim a multiple of 256 and at most
 // kLnColumnsMaxDim (a thread per 8 columns, <= 640 threads), 16-byte aligned
@@ -20,12 +39,9 @@ inline constexpr int64_t kLnColumnsMaxDim = 5120;
 bool ln_mod_quant_token128_columns_takes(ElemType x_type, int64_t dim);
 
 // Runs the kernel; Status::Unsupported where ln_mod_quant_token128_columns_takes
-// is false. Arguments otherwise as layernorm_modulate_quant_token128_cuda
-// (already checked by it).
-Status ln_mod_quant_token128_columns_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim, int64_t ld_x,
-                                          const float* mod_shift, const float* mod_scale, int64_t ld_mod,
-                                          int64_t rows_per_batch, float eps, int8_t* q, int64_t ld_q, float* scales,
-                                          int64_t ld_scales, void* stream);
+// is false (or the device cannot hold one CTA). Arguments as
+// layernorm_modulate_quant_token128_cuda's, already checked by it.
+Status ln_mod_quant_token128_columns_cuda(ElemType x_type, const LnQuantArgs& a, void* stream);
 #endif
 
 }  // namespace td::kernels

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cp_async.cuh"
 #include "kernels/sage_attention/sage_attention.h"
 #include "kernels/sage_attention/sage_attention_internal.h"
 #include "kernels/sage_attention/sage_prepass.h"
@@ -527,14 +528,6 @@ __global__ void __launch_bounds__(kPrepThreads, 5) quant_direct_kernel(const Pre
 constexpr int kTileK = 64;  // keys per K/V tile
 constexpr int kStages = 3;
 
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
