@@ -55,7 +55,6 @@ namespace {
 
 using namespace qdev;
 
-
 // Mean and rstd of a row held as V packs per thread by a team of `threads`
 // (pack p = t + j * threads valid while p < packs).
 template <typename T, int V>
@@ -136,12 +135,6 @@ __global__ void __launch_bounds__(kMaxRowThreads) ln_mod_quant_token128_kernel(L
   }
 }
 
-// Sample index of row r: a 32-bit division where the values fit.
-__device__ __forceinline__ int64_t sample_of(int64_t r, int64_t rows_per_batch) {
-  return (r <= int64_t(UINT32_MAX) && rows_per_batch <= int64_t(UINT32_MAX))
-             ? int64_t(uint32_t(r) / uint32_t(rows_per_batch))
-             : r / rows_per_batch;
-}
 
 // LnQuantTokenRows::WarpRows (variant beside the kernels above): a row per
 // warp, built like quant_token128's RowSlabs to cut instructions per element.
@@ -290,9 +283,7 @@ __device__ __forceinline__ void warp_row_finish(const LnQuantArgs& a, int64_t r,
   }
   const float rstd = __fdiv_rn(1.f, __fsqrt_rn(c / float(a.dim) + a.eps));
 
-  const int64_t b = (r <= int64_t(UINT32_MAX) && a.rows_per_batch <= int64_t(UINT32_MAX))
-                        ? int64_t(uint32_t(r) / uint32_t(a.rows_per_batch))
-                        : r / a.rows_per_batch;
+  const int64_t b = lnq_sample_of(r, a.rows_per_batch);
   const float* shift = a.shift + b * a.ld_mod;
   const float* scale = a.scale + b * a.ld_mod;
   int8_t* qrow = a.q + r * a.ld_q;
@@ -582,7 +573,7 @@ __global__ void __launch_bounds__(kMulti ? kPairMaxWarps * 32 : kPairTeamsPerCta
 
   // Samples: one division per row pair; the second row is in the next
   // sample only where the first is its sample's last.
-  const int64_t b0 = sample_of(r0, a.rows_per_batch);
+  const int64_t b0 = lnq_sample_of(r0, a.rows_per_batch);
   const int64_t b1 = row1 && r0 + 1 - b0 * a.rows_per_batch == a.rows_per_batch ? b0 + 1 : b0;
   const float* sh0 = a.shift + b0 * a.ld_mod + col;
   const float* sc0 = a.scale + b0 * a.ld_mod + col;

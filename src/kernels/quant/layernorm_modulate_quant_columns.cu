@@ -72,14 +72,6 @@ using namespace qdev;
 constexpr int kMaxThreads = int(kLnColumnsMaxDim / 8);  // 640
 constexpr int kMaxWarps = kMaxThreads / 32;
 
-
-
-__device__ __forceinline__ int64_t sample_index(int64_t r, int64_t rows_per_batch) {
-  return (r <= int64_t(UINT32_MAX) && rows_per_batch <= int64_t(UINT32_MAX))
-             ? int64_t(uint32_t(r) / uint32_t(rows_per_batch))
-             : r / rows_per_batch;
-}
-
 // Rows still held per lane after `level` halving steps of a transposed
 // butterfly over R rows.
 template <int R>
@@ -273,7 +265,7 @@ __global__ void __launch_bounds__(kThreadsBound, kMinBlocks) ln_mod_quant_token1
     } else {
 #pragma unroll
       for (int i = 0; i < R; ++i) {
-        const int64_t b = sample_index(i < left ? r0 + i : r0, a.rows_per_batch);
+        const int64_t b = lnq_sample_of(i < left ? r0 + i : r0, a.rows_per_batch);
 #pragma unroll
         for (int j = 0; j < V; ++j) modulate(i, j, a.shift + b * a.ld_mod, a.scale + b * a.ld_mod);
       }

@@ -31,6 +31,16 @@ struct LnQuantArgs {
   int64_t ld_scales;
 };
 
+#ifdef __CUDACC__
+// Sample index of row r: a 32-bit division where the values fit (a 64-bit
+// one is a ~70-instruction subroutine).
+__device__ __forceinline__ int64_t lnq_sample_of(int64_t r, int64_t rows_per_batch) {
+  return (r <= int64_t(UINT32_MAX) && rows_per_batch <= int64_t(UINT32_MAX))
+             ? int64_t(uint32_t(r) / uint32_t(rows_per_batch))
+             : r / rows_per_batch;
+}
+#endif
+
 #if TURBODIFF_HAVE_CUDA
 // The rows this kernel takes: 16-bit x with dim a multiple of 256 and at most
 // kLnColumnsMaxDim (a thread per 8 columns, <= 640 threads), 16-byte aligned
