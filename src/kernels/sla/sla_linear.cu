@@ -53,20 +53,43 @@ using namespace sla_device;
 constexpr int kTile = 64;        // tokens per K/V tile in kv_partial
 constexpr int kApplyRows = 128;  // tokens per CTA in linear_apply
 constexpr int kApplyThreads = 256;
-constexpr int64_t kTargetCtas = 1024;  // kv_partial CTAs to aim for (2-3 waves of 3 CTAs per SM on 132 SMs)
+// kv_partial's chunking model: the CTAs that run at once (132 SMs x 2 on the
+// H200: 96 KB of shared memory and 256 threads x 128 registers each) and a
+// CTA's fixed cost (its first loads, its 64 KB of partials) in 64-token tiles.
+constexpr int64_t kKvSlots = 264;
+constexpr int64_t kKvCtaOverheadTiles = 3;
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Chunking of the token axis: depends on the problem only (not the device), so
-// the summation order, hence the bits, are the same everywhere.
+// the summation order, hence the bits, are the same everywhere. The number of
+// chunks per head minimises waves x (tiles per chunk + a CTA's fixed cost)
+// for kKvSlots concurrent CTAs: whole waves, few partials. Measured on the
+// H200 (2026-11-30, bench_sla `sagesla_fused_kv_prepare`): at 1x12x32760 22
+// chunks (264 CTAs, one wave) 0.133-0.136 ms against 0.152-0.160 for the
+// earlier rule's 86 chunks (~1024 CTAs, 3.9 waves); 7 chunks at 1x40x75600
+// (280 CTAs: a second wave of 16) 1.03-1.08 ms against 0.74-0.82 for 26.
+// TD_SLA_KV_CTAS=N (A/B knob) aims at N CTAs instead, as the earlier rule
+// did at 1024.
 struct Chunking {
   int64_t chunk_len, n_chunks;
 };
 Chunking chunking(const SlaProblem& p) {
   const int64_t bh = p.batch * p.heads, tiles = (p.len + kTile - 1) / kTile;
-  int64_t want = (kTargetCtas + bh - 1) / bh;
-  want = want < 1 ? 1 : want > tiles ? tiles : want;
-  const int64_t chunk_len = ((tiles + want - 1) / want) * kTile;
+  int64_t n = 1;
+  if (const char* e = std::getenv("TD_SLA_KV_CTAS"); e && std::atoll(e) > 0) {
+    n = (std::atoll(e) + bh - 1) / bh;
+  } else {
+    int64_t best_cost = -1;
+    for (int64_t c = 1; c <= tiles && bh * c <= 64 * kKvSlots; ++c) {
+      const int64_t per = (tiles + c - 1) / c, used = (tiles + per - 1) / per;
+      const int64_t waves = (bh * used + kKvSlots - 1) / kKvSlots;
+      const int64_t cost = waves * (per + kKvCtaOverheadTiles);
+      if (best_cost < 0 || cost < best_cost) best_cost = cost, n = c;
+    }
+  }
+  n = n < 1 ? 1 : n > tiles ? tiles : n;
+  const int64_t chunk_len = ((tiles + n - 1) / n) * kTile;
   return {chunk_len, (p.len + chunk_len - 1) / chunk_len};
 }
 
