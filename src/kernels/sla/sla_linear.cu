@@ -66,7 +66,7 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 // chunks per head minimises waves x (tiles per chunk + a CTA's fixed cost)
 // for kKvSlots concurrent CTAs: whole waves, few partials. Measured on the
 // H200 (2026-11-30, bench_sla `sagesla_fused_kv_prepare`): at 1x12x32760 22
-// chunks (264 CTAs, one wave) 0.133-0.136 ms against 0.152-0.160 for the
+// chunks (264 CTAs, one wave) 0.133-0.146 ms against 0.152-0.160 for the
 // earlier rule's 86 chunks (~1024 CTAs, 3.9 waves); 7 chunks at 1x40x75600
 // (280 CTAs: a second wave of 16) 1.03-1.08 ms against 0.74-0.82 for 26.
 // TD_SLA_KV_CTAS=N (A/B knob) aims at N CTAs instead, as the earlier rule
