@@ -19,6 +19,19 @@
 //   32760 x 1536, bf16 residual: 402.6 MB -> 100.6 us;   fp32 residual: 603.8 MB -> 151.0 us
 //   75600 x 5120, bf16 residual: 3096.6 MB -> 774.1 us;  fp32 residual: 4644.9 MB -> 1161.2 us
 // Measured (H200, bench_norm, one run): 111 us (91%), 165 us (92%); 750 us (97%), 1157 us (95%).
+// Row plan: from 1024 columns at most 4 chunks per thread (session 9; 6
+// until then, and still below 1024, where it was not measured). At 1536
+// columns that is 2 warps per row (48 of 64 threads hold chunks) instead of
+// 1 warp x 6 chunks: ~76 instead of 97 registers for the fp32 residual, so 3
+// CTAs of 256 threads per SM instead of 2. H200, 2026-11-30, bench_norm,
+// fraction of a same-traffic copy at 32760x1536 (two runs each): fp32
+// residual 94.2-95.1% (154-155 us) against 88.6-89.0% (167-170 us), bf16
+// 94.2-95.1% against 88.7-89.7%; 5120 columns plan 4 chunks either way
+// (94.1-94.5% / 97.5-98.1%). Also tried: 6 chunks with 64, 96 or 128-thread
+// CTAs, 87.7-90.3% for the fp32 residual.
+#include <cstdio>
+#include <cstdlib>
+
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/norm_rows.cuh"
 #include "kernels/norm/residual_gate_norm.h"
@@ -34,8 +47,15 @@ Status residual_gate_norm_cuda(const ResidualGateNormParams& p, void* stream) {
                           aligned16(p.x) && aligned16(p.x_out) && aligned16(p.y) && aligned16(p.out) &&
                           aligned16(p.gate) && aligned16(p.weight) && aligned16(p.bias) && aligned16(p.scale) &&
                           aligned16(p.shift);
+  // TURBODIFF_RGN_PLAN=max_vpt,block_threads (A/B knob, read per call;
+  // "6,256" is the plan before session 9).
+  int max_vpt = p.dim >= 1024 ? 4 : 6, block_threads = 256;
+  if (const char* e = std::getenv("TURBODIFF_RGN_PLAN")) {
+    int v = 0, b = 0;
+    if (std::sscanf(e, "%d,%d", &v, &b) == 2 && v >= 4 && b >= 32 && b <= 1024) max_vpt = v, block_threads = b;
+  }
   RowPlan plan;
-  if (!plan_rows(p.dim, vectorized, &plan, /*max_vpt=*/6, /*block_threads=*/256)) return Status::Unsupported;
+  if (!plan_rows(p.dim, vectorized, &plan, max_vpt, block_threads)) return Status::Unsupported;
   NormRowsArgs a;
   a.x = p.x;
   a.x_stride = p.x_stride;
