@@ -154,18 +154,22 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         }, stream),
         quant_bytes + 4.0 * double(groups * M), copy_gbps, stream);
   }
-  // block128: Auto (the cluster kernel on sm_90: one read of x) and the
-  // portable kernel (two reads, the second partly from L2), both against the
-  // ideal bytes (one read of x).
+  // block128: Auto with a workspace (RowStats: a row-statistics kernel,
+  // then the block quantizer applying them) and the portable kernel (one
+  // CTA per stripe), both against the ideal bytes (one read of x).
+  const size_t stats_bytes = layernorm_modulate_quant_block128_workspace_bytes(M);
+  void* stats_work = nullptr;
+  TD_BENCH_CUDA(cudaMalloc(&stats_work, stats_bytes));
   for (LnQuantBlockPath path : {LnQuantBlockPath::Auto, LnQuantBlockPath::Portable}) {
     ops[path == LnQuantBlockPath::Auto ? "ln_mod_quant_block128" : "ln_mod_quant_block128_portable"] = result(
         td::bench::time_cuda([&](int i) {
           check(layernorm_modulate_quant_block128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,
-                                                       q8, K, scales, path, stream),
+                                                       q8, K, scales, path, stream, stats_work, stats_bytes),
                 "layernorm_modulate_quant_block128_cuda");
         }, stream),
         quant_bytes + 4.0 * double(row_blocks * groups), copy_gbps, stream);
   }
+  cudaFree(stats_work);
   const double rope_bytes = 2.0 * double(elems) * 4;  // q and k: bf16 in + bf16 out
   // Every kernel variant side by side: qk_norm_rope_<layout> is GlobalTables,
   // qk_norm_rope_<layout>_shared is SharedAngles (Auto's choice).

@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -329,10 +330,25 @@ LnProblem make_ln_problem(ElemType t, int64_t rows, int64_t dim, int64_t rows_pe
 // Runs the fused kernel (block128: through `path`) and compares it with the
 // reference. *ran says whether it ran: a block128 path that reports
 // Unsupported is accepted (nothing checked) only when `unsupported_ok`.
+// Block128 through RowStats or Auto gets a poisoned workspace (so Auto runs
+// RowStats), or `shared_work` when given (reused across calls).
 void check_ln(Fmt f, const LnProblem& p, const std::string& what, LnQuantBlockPath path = LnQuantBlockPath::Auto,
               bool unsupported_ok = false, bool* ran = nullptr,
-              LnQuantTokenRows token_rows = LnQuantTokenRows::One) {
+              LnQuantTokenRows token_rows = LnQuantTokenRows::One, DeviceBuf* shared_work = nullptr) {
   if (ran) *ran = false;
+  std::unique_ptr<DeviceBuf> own_work;
+  DeviceBuf* work = nullptr;
+  if (f == Fmt::Block128 && (path == LnQuantBlockPath::RowStats || path == LnQuantBlockPath::Auto)) {
+    if (shared_work) {
+      work = shared_work;
+    } else {
+      own_work = std::make_unique<DeviceBuf>(layernorm_modulate_quant_block128_workspace_bytes(p.x.rows));
+      std::vector<unsigned char> junk(own_work->bytes);
+      test::poison(junk.data(), junk.size(), DType::F32);
+      own_work->upload(junk.data());
+      work = own_work.get();
+    }
+  }
   const Input& in = p.x;
   const int64_t rows = in.rows, dim = in.cols, ld_q = dim + 16, ld_s = f == Fmt::Token128 ? rows + 4 : 0;
   const size_t nscales = scale_count(f, rows, dim, ld_s);
@@ -372,7 +388,8 @@ void check_ln(Fmt f, const LnProblem& p, const std::string& what, LnQuantBlockPa
                                                    static_cast<float*>(s.ptr()), ld_s, stream.native(), token_rows)
           : layernorm_modulate_quant_block128_cuda(in.type, x.ptr(), rows, dim, in.ld, shift_d, scale_d, p.ld_mod,
                                                    p.rows_per_batch, kEps, static_cast<int8_t*>(q.ptr()), ld_q,
-                                                   static_cast<float*>(s.ptr()), path, stream.native());
+                                                   static_cast<float*>(s.ptr()), path, stream.native(),
+                                                   work ? work->ptr() : nullptr, work ? work->bytes : 0);
   if (gst == Status::Unsupported && unsupported_ok) return;
   ASSERT_EQ(gst, Status::Ok) << what;
   if (ran) *ran = true;
@@ -425,6 +442,7 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                                                                                               : "")
                             : path == LnQuantBlockPath::Cluster       ? " cluster"
                             : path == LnQuantBlockPath::Portable      ? " portable"
+                            : path == LnQuantBlockPath::RowStats      ? " row stats"
                                                                       : " auto");
   // The cluster path needs sm_90 and 16 rows x dim of x (or 8 rows in a
   // 16-CTA cluster) in shared memory: dim <= 6400 for 16-bit inputs, 3200 for fp32.
@@ -607,6 +625,63 @@ TEST(LnModulateQuantGpu, Token128ColumnsAgainstReference) {
 
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }
+TEST(LnModulateQuantGpu, Block128RowStatsAgainstReference) {
+  check_ln_fmt(Fmt::Block128, LnQuantBlockPath::RowStats);
+  // Every statistics-kernel width (packs per lane 2..20), ragged stripes,
+  // samples changing inside a stripe, both 16-bit types and fp32.
+  for (ElemType t : kActTypes)
+    for (const LnCase& lc : {LnCase{300, 256, 300}, LnCase{129, 768, 64}, LnCase{257, 2048, 100},
+                             LnCase{200, 2560, 200}, LnCase{131, 3072, 13}, LnCase{128, 3840, 128},
+                             LnCase{255, 4608, 85}})
+      check_ln(Fmt::Block128, make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch),
+               std::string("row stats ") + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                   std::to_string(lc.dim),
+               LnQuantBlockPath::RowStats);
+  // Wan 14B 720p rows, two samples.
+  check_ln(Fmt::Block128, make_ln_problem(ElemType::BF16, 2 * 1500 + 1, 5120, 1500), "row stats bf16 3001x5120",
+           LnQuantBlockPath::RowStats);
+}
+
+// One workspace through shapes of different row counts, a second run of a
+// problem giving the same bytes, and the refusals of an explicit RowStats.
+TEST(LnModulateQuantGpu, Block128RowStatsWorkspace) {
+  TD_REQUIRE_GPU();
+  DeviceBuf work(layernorm_modulate_quant_block128_workspace_bytes(4000));
+  for (const LnCase& lc : {LnCase{4000, 1536, 4000}, LnCase{129, 5120, 129}, LnCase{3999, 256, 1333}})
+    check_ln(Fmt::Block128, make_ln_problem(ElemType::BF16, lc.rows, lc.dim, lc.rows_per_batch),
+             "row stats shared workspace " + std::to_string(lc.rows) + "x" + std::to_string(lc.dim),
+             LnQuantBlockPath::RowStats, false, nullptr, LnQuantTokenRows::One, &work);
+  const LnProblem p = make_ln_problem(ElemType::BF16, 2500, 5120, 2500);
+  DeviceBuf x(p.x.bytes.size()), mod(p.e0.size() * 4), q(size_t(2500 * 5120)), sc(size_t(20 * 40 * 4));
+  x.upload(p.x.bytes.data());
+  mod.upload(p.e0.data());
+  const float* shift = static_cast<const float*>(mod.ptr());
+  cuda::Stream stream(0);
+  auto run = [&](int64_t rows, int64_t dim, LnQuantBlockPath path, void* w, size_t wb) {
+    return layernorm_modulate_quant_block128_cuda(ElemType::BF16, x.ptr(), rows, dim, p.x.ld, shift, shift + 5120,
+                                                  p.ld_mod, 2500, kEps, static_cast<int8_t*>(q.ptr()), dim,
+                                                  static_cast<float*>(sc.ptr()), path, stream.native(), w, wb);
+  };
+  std::vector<int8_t> q1(q.bytes), q2(q.bytes);
+  std::vector<float> s1(20 * 40), s2(20 * 40);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(run(2500, 5120, LnQuantBlockPath::RowStats, work.ptr(), work.bytes), Status::Ok);
+    stream.synchronize();
+    q.download(i == 0 ? q1.data() : q2.data());
+    sc.download(i == 0 ? s1.data() : s2.data());
+  }
+  EXPECT_EQ(q1, q2);
+  EXPECT_EQ(std::memcmp(s1.data(), s2.data(), s1.size() * 4), 0);
+  EXPECT_EQ(run(2500, 5120, LnQuantBlockPath::RowStats, nullptr, 0), Status::InvalidArgument);  // no workspace
+  EXPECT_EQ(run(2500, 5120, LnQuantBlockPath::RowStats, work.ptr(), 2499 * 8), Status::InvalidArgument);  // short
+  EXPECT_EQ(run(2500, 5120, LnQuantBlockPath::RowStats, static_cast<char*>(work.ptr()) + 8, work.bytes - 8),
+            Status::InvalidArgument);  // misaligned
+  EXPECT_EQ(run(100, 5128, LnQuantBlockPath::RowStats, work.ptr(), work.bytes), Status::Unsupported);  // too wide
+  // Auto with a short workspace runs the portable kernel instead.
+  ASSERT_EQ(run(2500, 5120, LnQuantBlockPath::Auto, work.ptr(), 8), Status::Ok);
+  stream.synchronize();
+}
+
 TEST(LnModulateQuantGpu, Block128ClusterAgainstReference) {
   // sm_90+ only; elsewhere the path must say Unsupported, which check_ln accepts.
   check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Cluster);

@@ -48,6 +48,7 @@
 
 #include "kernels/quant/layernorm_modulate_quant.h"
 #include "kernels/quant/layernorm_modulate_quant_columns.h"
+#include "kernels/quant/layernorm_modulate_quant_rowstats.h"
 #include "kernels/quant/quant_device.cuh"
 
 namespace td::kernels {
@@ -85,18 +86,6 @@ __device__ __forceinline__ void row_stats(const Pack8<T> (&raw)[V], int t, int t
   }
   const float var = group_sum(c, red1, first_warp, threads, barrier) / float(dim);
   rstd = __fdiv_rn(1.f, __fsqrt_rn(var + eps));
-}
-
-// y of one pack: (x - mean) * rstd * (1 + scale) + shift.
-template <typename T>
-__device__ __forceinline__ void modulate_pack(const Pack8<T>& raw, float mean, float rstd, const float* shift,
-                                              const float* scale, float (&y)[8]) {
-  float f[8], sh[8], sc[8];
-  unpack(raw, f);
-  load_params8(shift, sh);
-  load_params8(scale, sc);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) y[i] = fmaf((f[i] - mean) * rstd, 1.f + sc[i], sh[i]);
 }
 
 template <typename T, int V>
@@ -1039,6 +1028,10 @@ Status check_ln_args(const LnQuantArgs& a, ElemType x_type) {
 
 }  // namespace
 
+size_t layernorm_modulate_quant_block128_workspace_bytes(int64_t rows) {
+  return ln_mod_quant_block128_rowstats_workspace_bytes(rows);
+}
+
 Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
                                               int64_t ld_x, const float* mod_shift, const float* mod_scale,
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
@@ -1096,7 +1089,8 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
 Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
                                               int64_t ld_x, const float* mod_shift, const float* mod_scale,
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
-                                              int64_t ld_q, float* scales, LnQuantBlockPath path, void* stream) {
+                                              int64_t ld_q, float* scales, LnQuantBlockPath path, void* stream,
+                                              void* workspace, size_t workspace_bytes) {
   if (rows == 0 || dim == 0) return rows < 0 || dim < 0 ? Status::InvalidArgument : Status::Ok;
   if (dim > kMaxRowDim || dim < 0) return Status::InvalidArgument;
   const LnQuantArgs a{x, rows, int(dim), ld_x, mod_shift, mod_scale, ld_mod, rows_per_batch, eps, q, ld_q, scales, 0};
@@ -1106,11 +1100,17 @@ Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, in
   const RowPlan plan = plan_row(dim / 8);
   if (plan.threads == 0) return Status::InvalidArgument;
   auto s = static_cast<cudaStream_t>(stream);
+  if (path == LnQuantBlockPath::RowStats ||
+      (path == LnQuantBlockPath::Auto && workspace && dim <= kLnRowStatsMaxDim &&
+       workspace_bytes >= ln_mod_quant_block128_rowstats_workspace_bytes(rows))) {
+    const Status st = ln_mod_quant_block128_rowstats_cuda(x_type, a, workspace, workspace_bytes, stream);
+    if (st != Status::Unsupported || path == LnQuantBlockPath::RowStats) return st;
+  }
   return dispatch_act_type(x_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      // Auto takes the portable path: on the H200 it measured faster than the
+      // Auto without a workspace takes the portable path: on the H200 it measured faster than the
       // cluster path at both Wan shapes (docs/benchmarks.md, 2026-11-30).
       if (path == LnQuantBlockPath::Cluster) return launch_block128_cluster<T, V>(a, plan, row_blocks, s);
       int teams = kBlockCtaThreads / plan.threads;

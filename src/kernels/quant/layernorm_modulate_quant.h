@@ -30,6 +30,7 @@
 // aligned. Otherwise Status::InvalidArgument (the CPU references take any dim).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/quant/quant_common.h"
@@ -106,6 +107,11 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
 
 // How the 128x128-block variant gets the amax of y over a 128-row stripe
 // before writing codes (layernorm_modulate_quant.cu):
+//   RowStats (sm_80+, needs a workspace of 8 bytes per row): two streaming
+//            kernels, the row statistics (mean, rstd) to the workspace, then
+//            a 128x128 block quantizer applying them (stripes last to first,
+//            so the first reads hit L2): x read twice, no dependency inside
+//            either kernel (layernorm_modulate_quant_rowstats.cu). dim <= 5120.
 //   Cluster  (sm_90+): the stripe is split over a thread-block cluster of 8
 //            or 16 CTAs that keep their rows in shared memory and exchange
 //            per-group maxima through distributed shared memory: x is read
@@ -113,15 +119,24 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
 //            (bf16/fp16: dim <= 6400; fp32: dim <= 3200), else Unsupported.
 //   Portable (sm_80+): one CTA per stripe, x read twice (the second time
 //            from L2 only while the concurrent stripes fit in it).
-//   Auto:    Portable. Measured on the H200 (2026-11-30, bf16): 95 us portable
-//            vs 126 us cluster at 32760x1536, 0.72 ms vs 0.94 ms at 75600x5120;
-//            the cluster path stays selectable for tuning.
-enum class LnQuantBlockPath { Auto, Cluster, Portable };
+//   Auto:    RowStats where a large enough workspace is given and dim <=
+//            5120, else Portable. Measured on the H200 (2026-11-30, bf16):
+//            portable 95 us vs cluster 126 us at 32760x1536, 0.72 ms vs
+//            0.94 ms at 75600x5120; RowStats: docs/benchmarks.md, session 10.
+enum class LnQuantBlockPath { Auto, Cluster, Portable, RowStats };
 
+// Workspace bytes RowStats needs for `rows` rows (8 per row; any contents,
+// 16-byte aligned). One launch at a time per workspace (streams that may
+// overlap need their own).
+size_t layernorm_modulate_quant_block128_workspace_bytes(int64_t rows);
+
+// workspace / workspace_bytes: for RowStats (explicit: required, else
+// InvalidArgument; Auto: used when large enough). May be null otherwise.
 Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, int64_t rows, int64_t dim,
                                               int64_t ld_x, const float* mod_shift, const float* mod_scale,
                                               int64_t ld_mod, int64_t rows_per_batch, float eps, int8_t* q,
-                                              int64_t ld_q, float* scales, LnQuantBlockPath path, void* stream);
+                                              int64_t ld_q, float* scales, LnQuantBlockPath path, void* stream,
+                                              void* workspace = nullptr, size_t workspace_bytes = 0);
 #endif
 
 }  // namespace td::kernels

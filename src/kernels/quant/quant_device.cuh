@@ -155,6 +155,21 @@ __device__ __forceinline__ void load_params8(const float* p, float (&f)[8]) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
+// AdaLN-modulated LayerNorm of one pack: (x - mean) * rstd * (1 + scale) +
+// shift, the modulation rows (fp32, 16-byte aligned) through L1. The block128
+// fused kernels share it so that their y agree bit for bit given the row's
+// statistics.
+template <typename T>
+__device__ __forceinline__ void modulate_pack(const Pack8<T>& raw, float mean, float rstd, const float* shift,
+                                              const float* scale, float (&y)[8]) {
+  float f[8], sh[8], sc[8];
+  unpack(raw, f);
+  load_params8(shift, sh);
+  load_params8(scale, sc);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y[i] = fmaf((f[i] - mean) * rstd, 1.f + sc[i], sh[i]);
+}
+
 // ---- quantization ------------------------------------------------------------
 
 // Round half to even, saturate to [-128, 127], NaN -> 0.
