@@ -30,8 +30,9 @@
 //     L2 still holds (~50 MB on the H200: a third of x at 32760 x 1536).
 //
 // HBM traffic: 5 bytes per element against the 3 of one read (x twice, the
-// codes once), less what L2 serves: predicted ~60% of a same-traffic copy,
-// more at 1536 columns.
+// codes once), less what L2 serves: predicted ~60% of a same-traffic copy;
+// measured on the H200 56-57% at 32760 x 1536 and 75600 x 5120 (75 / 497 us;
+// the portable kernel 44% / 39%), docs/benchmarks.md, session 10.
 // Against the reference (fp64 statistics, (x - mean) * rstd, the fp32 product
 // rounded, then the code) codes differ by +-1 near rounding ties.
 #include "kernels/quant/layernorm_modulate_quant_rowstats.h"
