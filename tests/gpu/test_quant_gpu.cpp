@@ -626,6 +626,7 @@ TEST(LnModulateQuantGpu, Token128ColumnsAgainstReference) {
 TEST(LnModulateQuantGpu, Block128AutoAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Auto); }
 TEST(LnModulateQuantGpu, Block128PortableAgainstReference) { check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Portable); }
 TEST(LnModulateQuantGpu, Block128RowStatsAgainstReference) {
+  TD_REQUIRE_GPU();  // (check_ln_fmt's own skip returns from it only)
   check_ln_fmt(Fmt::Block128, LnQuantBlockPath::RowStats);
   // Every statistics-kernel width (packs per lane 2..20), ragged stripes,
   // samples changing inside a stripe, both 16-bit types and fp32.
