@@ -71,19 +71,7 @@ __device__ __forceinline__ void row_stats(const Pack8<T> (&raw)[V], int t, int t
     for (int i = 0; i < 8; ++i) s += f[i];
   }
   mean = group_sum(s, red0, first_warp, threads, barrier) / float(dim);
-  float c = 0.f;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    if (t + j * threads < packs) {
-      float f[8];
-      unpack(raw[j], f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float d = f[i] - mean;
-        c = fmaf(d, d, c);
-      }
-    }
-  }
+  const float c = centered_square_sum<T, V>(raw, t, threads, packs, mean);
   const float var = group_sum(c, red1, first_warp, threads, barrier) / float(dim);
   rstd = __fdiv_rn(1.f, __fsqrt_rn(var + eps));
 }

@@ -86,20 +86,7 @@ __global__ void __launch_bounds__(kThreads) ln_row_stats_kernel(LnQuantArgs a, f
     for (int e = 0; e < 8; ++e) s += f[e];
   }
   const float mean = warp_sum(s) / float(a.dim);
-  float c = 0.f;
-#pragma unroll
-  for (int j = 0; j < VPL; ++j) {
-    if (lane + 32 * j < packs) {
-      float f[8];
-      unpack(raw[j], f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float d = f[e] - mean;
-        c = fmaf(d, d, c);
-      }
-    }
-  }
-  const float var = warp_sum(c) / float(a.dim);
+  const float var = warp_sum(centered_square_sum<T, VPL>(raw, lane, 32, packs, mean)) / float(a.dim);
   if (lane == 0) stats[r] = make_float2(mean, __fdiv_rn(1.f, __fsqrt_rn(var + a.eps)));
 }
 

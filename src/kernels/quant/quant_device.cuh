@@ -155,6 +155,28 @@ __device__ __forceinline__ void load_params8(const float* p, float (&f)[8]) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
+// The second pass of the exact two-pass variance: the sum of (x - mean)^2
+// over a thread's packs raw[j] whose row index first + j * stride is below
+// packs (in j order, one fma per element).
+template <typename T, int V>
+__device__ __forceinline__ float centered_square_sum(const Pack8<T> (&raw)[V], int first, int stride, int packs,
+                                                     float mean) {
+  float c = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (first + j * stride < packs) {
+      float f[8];
+      unpack(raw[j], f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float d = f[i] - mean;
+        c = fmaf(d, d, c);
+      }
+    }
+  }
+  return c;
+}
+
 // AdaLN-modulated LayerNorm of one pack: (x - mean) * rstd * (1 + scale) +
 // shift, the modulation rows (fp32, 16-byte aligned) through L1. The block128
 // fused kernels share it so that their y agree bit for bit given the row's
