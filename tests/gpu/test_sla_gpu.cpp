@@ -1026,14 +1026,18 @@ TEST(SlaGpu, SageSlaFusedMatchesTheCpuLayerAndIsDeterministic) {
     int64_t L, H, D, block_q, block_k;
     double topk;
     bool bhld, with_proj;
+    kernels::SlaFeatureMap fm = kernels::SlaFeatureMap::Softmax;
   };
+  using FM = kernels::SlaFeatureMap;
   for (const Case& c : {Case{2113, 3, 128, 64, 128, 0.15, true, true}, Case{1000, 2, 64, 64, 128, 0.1, false, true},
                         Case{1537, 2, 128, 128, 128, 0.2, false, true}, Case{1000, 2, 128, 128, 64, 0.2, true, true},
                         Case{300, 2, 128, 64, 128, 0.3, true, false},
-                        Case{70, 1, 128, 64, 128, 0.05, false, true}}) {
+                        Case{70, 1, 128, 64, 128, 0.05, false, true},
+                        Case{777, 2, 128, 64, 128, 0.2, false, true, FM::Elu},
+                        Case{901, 2, 64, 64, 128, 0.15, true, true, FM::Relu}}) {
     SCOPED_TRACE(testing::Message() << "L" << c.L << " H" << c.H << " D" << c.D << " blocks " << c.block_q << "x"
                                     << c.block_k << " topk " << c.topk << (c.bhld ? " BHLD" : " BLHD")
-                                    << (c.with_proj ? " proj_l" : " no proj_l"));
+                                    << (c.with_proj ? " proj_l" : " no proj_l") << " feature map " << int(c.fm));
     const Inputs in = make_inputs(1, c.L, c.H, c.D, c.bhld);
     Tensor w, b, wd, bd;
     if (c.with_proj) {
@@ -1046,6 +1050,7 @@ TEST(SlaGpu, SageSlaFusedMatchesTheCpuLayerAndIsDeterministic) {
     so.topk = c.topk;
     so.block_q = c.block_q;
     so.block_k = c.block_k;
+    so.feature_map = c.fm;
     const Tensor ref = ops::sla(in.qh, in.kh, in.vh, w, b, so);
     ops::SlaOptions def = so;
     def.fused = false;

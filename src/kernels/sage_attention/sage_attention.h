@@ -46,7 +46,9 @@ enum class SageBackend { Auto, Sm90, Portable };
 //   Online softmax over key tiles (64 keys portable, 128 sm_90a) in the order
 //   the kernel visits them (LUT order when sparse): m = running max of S,
 //   P̃ = exp2(S - m) rounded to FP16 (portable) or P̃·448 to e4m3 (sm_90a),
-//   l = Σ P̃ unrounded (fp32), O = (Σ P̃·vq) · sv / l,
+//   l = Σ P̃ unrounded (fp32), O = (Σ P̃·vq) · sv / l; except sm_90a sparse
+//   calls without an LSE: l = Σ of the e4m3-rounded P̃ (the kernel forms it on
+//   the tensor cores as P̃·1, so numerator and denominator use the same weights),
 //   LSE = (m + log2 l)·ln 2 + scale·(q·km)   (the K-smoothing correction).
 // An all-zero Q row or K block gets scale 0 (its INT8 values are 0).
 constexpr int64_t kSageKScaleBlock = 64;  // keys per K scale

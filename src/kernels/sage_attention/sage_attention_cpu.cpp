@@ -64,6 +64,9 @@ Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, co
   if (Status s = sage_sparse_check(p, sparse); s != Status::Ok) return s;
   if (!q || !k || !v || !o) return attn_fail(Status::InvalidArgument, "sage_attention_cpu: null pointer");
   const bool fp8 = backend == SageBackend::Sm90;
+  // The sm_90a sparse kernel without an LSE takes its row sums from the tensor
+  // cores (P̃·1 on the e4m3-rounded P̃): l sums the rounded values (sage_attention.h).
+  const bool l_rounded = fp8 && sparse != nullptr && lse == nullptr;
   const int64_t tile = fp8 ? 128 : 64;
   const int64_t B = p.batch, H = p.heads, Lq = p.len_q, Lk = p.len_kv, D = p.head_dim;
   const int64_t n_kblocks = (Lk + kSageKScaleBlock - 1) / kSageKScaleBlock;
@@ -157,8 +160,8 @@ Status sage_attention_cpu(const AttnProblem& p, const void* q, const void* k, co
           for (int64_t t = t0; t < t1; ++t) {
             float pt = std::exp2(s[size_t(t - t0)] - m);
             if (fp8) pt *= 448.f;
-            l += pt;
             const float pr = fp8 ? f8e4m3_to_f32(f32_to_f8e4m3(pt)) : f16_to_f32(f32_to_f16(pt));
+            l += l_rounded ? pr : pt;
             const float* vr = &vq[size_t(t * D)];
             for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += pr * vr[c];
           }

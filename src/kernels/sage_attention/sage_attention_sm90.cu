@@ -56,6 +56,11 @@ struct Sm90Traits {
   using MmaQK = decltype(make_tiled_mma(SM90::GMMA::MMA_64x128x32_S32S8S8_SS_TN{}));
   using MmaPV = decltype(make_tiled_mma(std::conditional_t<D == 128, SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>,
                                                            SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>>{}));
+  // kTcSum: the row sums Σ P̃ as P̃·1 on the tensor cores, 8 identical columns
+  // (n8: the smallest wgmma N) against a constant tile of e4m3 1.0. The A
+  // operand (P̃ in registers) has the same fragment layout for every N.
+  using MmaSum = decltype(make_tiled_mma(SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_RS_TN<>{}));
+  using SmemOnes = decltype(tile_to_shape(VAtom{}, make_shape(Int<8>{}, Int<kBK>{})));  // one 1 KB swizzle atom
   using GmemLayout = cute::Layout<Shape<int, int>, Stride<int64_t, _1>>;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<const int8_t*>(nullptr)), GmemLayout{}),
                                       SmemQ{}(_, _, 0)));
@@ -113,6 +118,14 @@ struct MetaShared {
   float vscale[2][D];       // per consumer warpgroup
   float qkm[2][kBQ];
 };
+// kTcSum's constant B operand, after MetaShared at the next 1 KB boundary (a
+// 128-byte-swizzle atom is 8 rows x 128 bytes and its descriptor assumes 1 KB
+// alignment; every byte is 1.0, so the swizzle permutes equal bytes). Written
+// once before the CTA's first barrier and shared by both consumers, so its
+// address is a constant of the kernel.
+constexpr size_t kOnesBytes = 8 * kBK;
+constexpr uint32_t kE4m3One4 = 0x38383838u;  // four e4m3 1.0
+__host__ __device__ constexpr size_t ones_offset(size_t meta_end) { return (meta_end + 1023) / 1024 * 1024; }
 __device__ __forceinline__ void st_shared_f4(const void* ptr, float4 v) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(uint32_t(__cvta_generic_to_shared(ptr))), "f"(v.x),
                "f"(v.y), "f"(v.z), "f"(v.w)
@@ -135,7 +148,17 @@ __device__ __forceinline__ float4 ld_shared_f4(const void* ptr) {
 // has two slots per consumer, so a unit's Q and first K/V tiles load while
 // the previous unit's last tiles and epilogue run: the per-unit start-up
 // (Q and LUT latency, pipe fill) that a fresh CTA pays is hidden.
-template <int D, int kPipes, int kStagesPerPipe>
+// kTcSum (sparse calls without an LSE): the row sums come from the tensor
+// cores: P̃·1 (MmaSum) is issued with P̃·V of the same tile into a 4-register
+// fp32 accumulator and folded into l like O (l = l·α + Σ), so the softmax
+// keeps max / exp2 / pack: 64 FADD fewer per tile and thread, no quad
+// shuffles of l in the epilogue. l is then Σ of the e4m3-rounded P̃ that
+// multiplies V, accumulated like P̃·V in the FP8 wgmma's reduced-precision
+// adds: numerator and denominator from the same weights (sage_attention.h's
+// contract, modelled by sage_attention_cpu). Not with an LSE: the wgmma's
+// truncating adds move log l by up to ~1e-2 on peaked rows (measured in
+// session 5 against the simulation), beyond the LSE's bar.
+template <int D, int kPipes, int kStagesPerPipe, bool kTcSum = false>
 __global__ void __launch_bounds__(kThreads, 1)
     sage_sm90_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ typename Sm90Traits<D>::TmaQ tma_q,
                      const __grid_constant__ typename Sm90Traits<D>::TmaK tma_k,
@@ -152,6 +175,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dense kernel (7.94 vs 8.32 ms at 1x12x32760x128) and 4% faster on the
   // sparse one (1.147 vs 1.193 ms at topk 0.1, 17.5 vs 18.4 ms at 1x40x75600).
   constexpr int kSoftmax = kSparse ? 1 : 0;
+  static_assert(!kTcSum || kSparse, "kTcSum: the sparse kernel's row sums");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
   using Meta = MetaShared<D, C::kAllStages>;
@@ -188,6 +212,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       cutlass::arch::ClusterBarrier::init(&sh.empty[s], kSparse ? 4 : 8);  // consumer warps reading the stage
     }
     cutlass::arch::fence_barrier_init();
+  }
+  if constexpr (kTcSum) {
+    // The ones tile (8 bytes per thread), made visible to the async proxy
+    // (the wgmma operand reads) before the barrier below.
+    if (threadIdx.x < kOnesBytes / 8) {
+      *reinterpret_cast<uint2*>(smem_raw + ones_offset(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>)) +
+                                threadIdx.x * 8) = make_uint2(kE4m3One4, kE4m3One4);
+      cutlass::arch::fence_view_async_shared();
+    }
   }
   if (warp == 0 && lane == 0) {
     cute::prefetch_tma_descriptor(tma_q.get_tma_descriptor());
@@ -288,6 +321,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor tOrP = thr_pv.partition_fragment_A(p_layout);
     static_assert(size(tOrP) == kBK * kBQ / 128, "P fragment: 64 e4m3 values per thread");
     uint32_t* preg = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+    // kTcSum (unused otherwise): the ones tile, its B descriptor and the P̃·1
+    // accumulator ((2,2,1): rows g, g+8, two equal columns each).
+    typename T::MmaSum mma_sum;
+    auto thr_sum = mma_sum.get_thread_slice(tid);
+    Tensor sOnes = make_tensor(
+        make_smem_ptr(reinterpret_cast<float_e4m3_t*>(
+            smem_raw + ones_offset(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>)))),
+        typename T::SmemOnes{});
+    Tensor tLrOnes = thr_sum.make_fragment_B(thr_sum.partition_B(sOnes));  // (.., .., k); k-step 0 serves all
+    Tensor acc_l = partition_fragment_C(mma_sum, make_shape(Int<kBQ>{}, Int<8>{}));
+    static_assert(size(acc_l) == 4, "P̃·1: 4 fp32 per thread");
 
     // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
     const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
@@ -331,6 +375,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int g0 = tiles_done;
     tiles_done += n_tiles_of(u, pipe);
     const int g_last = tiles_done - 1;
+    // Never taken (the host checks n_sel >= 1). A count ptxas cannot fold
+    // keeps the sparse tile loop below in one copy: without the guard it
+    // versions the unit loop and the hot copy carries more spill traffic
+    // (SASS of the rowsum kernel at head_dim 128: 1215 -> 1176 instructions
+    // and 8 -> 6 spill loads per tile; the kernel 0.90 -> ~0.83 ms at
+    // 1x12x32760 topk 0.1 on the H200, docs/benchmarks.md, session 11).
+    if (kSparse && p.n_sel <= 0) ++tiles_done;
     auto stage_of = [&](int g) { return pipe * kStages + g % kStages; };
     auto phase_of = [&](int g) { return uint32_t((g / kStages) & 1); };
 
@@ -490,7 +541,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       m_hi = mn_hi;
       // exp2 argument = x·c - (m - log2 448), one FFMA.
       const float o_lo = ms_lo - kLog2_448, o_hi = ms_hi - kLog2_448;
-      float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each
+      float part[2][2][2];  // row sums: [column half][lo, hi][element], 8 values each (not kTcSum)
       CUTE_UNROLL
       for (int i = 0; i < kBK / 2; i += 4) {
         const int hf = i / (kBK / 4);
@@ -499,17 +550,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         sf[i + 2] = fast_exp2(fmaf(sf[i + 2], ch, -o_hi));
         sf[i + 1] = fast_exp2(fmaf(sf[i + 1], cl, -o_lo));
         sf[i + 3] = fast_exp2(fmaf(sf[i + 3], ch, -o_hi));
-        const bool first = i % (kBK / 4) == 0;
-        CUTE_UNROLL
-        for (int r = 0; r < 2; ++r) {
+        if constexpr (!kTcSum) {
+          const bool first = i % (kBK / 4) == 0;
           CUTE_UNROLL
-          for (int e = 0; e < 2; ++e) part[hf][r][e] = first ? sf[i + 2 * r + e] : part[hf][r][e] + sf[i + 2 * r + e];
+          for (int r = 0; r < 2; ++r) {
+            CUTE_UNROLL
+            for (int e = 0; e < 2; ++e) part[hf][r][e] = first ? sf[i + 2 * r + e] : part[hf][r][e] + sf[i + 2 * r + e];
+          }
         }
       }
-      const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
-      const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
-      l_lo = fmaf(l_lo, alpha_lo, sum_lo);
-      l_hi = fmaf(l_hi, alpha_hi, sum_hi);
+      if constexpr (!kTcSum) {  // kTcSum: l is updated in finish_tile from P̃·1
+        const float sum_lo = (part[0][0][0] + part[0][0][1]) + (part[1][0][0] + part[1][0][1]);
+        const float sum_hi = (part[0][1][0] + part[0][1][1]) + (part[1][1][0] + part[1][1][1]);
+        l_lo = fmaf(l_lo, alpha_lo, sum_lo);
+        l_hi = fmaf(l_hi, alpha_hi, sum_hi);
+      }
     };
 
     // P̃ (in sf) to e4m3 in the A-fragment order: k-step ks covers n-chunks
@@ -535,6 +590,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
         mma_pv.accumulate_ = GMMA::ScaleOut::One;
       }
+      if constexpr (kTcSum) {
+        // Σ P̃ per row: the same A registers against the ones tile, in the
+        // same commit group (one wait covers both). Every k-step reads the
+        // tile's first 32 keys (all 1.0 like the rest): one descriptor.
+        warpgroup_fence_operand(acc_l);
+        mma_sum.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int kk = 0; kk < size<2>(tOrP); ++kk) {
+          cute::gemm(mma_sum, tOrP(_, _, kk), tLrOnes(_, _, 0), acc_l);
+          mma_sum.accumulate_ = GMMA::ScaleOut::One;
+        }
+      }
       warpgroup_commit_batch();
     };
     // After P̃·V of tile j completed: the second accumulation level,
@@ -543,6 +610,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       warpgroup_fence_operand(acc_t);
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) = fmaf(acc_o(i), (i & 2) ? a_hi : a_lo, acc_t(i));
+      if constexpr (kTcSum) {
+        warpgroup_fence_operand(acc_l);
+        l_lo = fmaf(l_lo, a_lo, acc_l(0));
+        l_hi = fmaf(l_hi, a_hi, acc_l(2));
+      }
       __syncwarp();
       if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
     };
@@ -628,10 +700,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     finish_tile(g_last, alpha_lo, alpha_hi);
 
     // ---- epilogue ----
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    if constexpr (!kTcSum) {  // kTcSum: P̃·1 summed all of the row's columns already
+      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    }
     const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
     // This warpgroup's stores of ms.vscale / ms.qkm (named barrier 3 + c) are
     // visible past this point.
@@ -664,7 +738,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <int D, int kPipes, int kStagesPerPipe>
+template <int D, int kPipes, int kStagesPerPipe, bool kTcSum = false>
 Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) {
   using T = Sm90Traits<D>;
   using C = Sm90Config<D, kPipes, kStagesPerPipe>;
@@ -680,11 +754,15 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
   auto tma_v = make_tma_copy(SM90_TMA_LOAD{},
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
-  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe>;
+  auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kTcSum>;
   static_assert(sizeof(typename C::Shared) % 16 == 0, "MetaShared's float4 follows Shared");
   static_assert(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>) <= 227 * 1024,
                 "shared memory above the 227 KB an sm_90 CTA can have");
-  const int smem = int(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>));
+  const size_t meta_end = sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>);
+  const int smem = int(kTcSum ? ones_offset(meta_end) + kOnesBytes : meta_end);
+  static_assert(ones_offset(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>)) + kOnesBytes <=
+                    227 * 1024,
+                "shared memory with the ones tile above the 227 KB an sm_90 CTA can have");
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
@@ -738,7 +816,16 @@ Status sm90_supports(const AttnProblem& p, const SageSparse* sp) {
 
 template <int D>
 Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
-  if (sp) return launch<D, 2, 3>(ap, p, stream);
+  if (sp) {
+    // Without an LSE the row sums come from the tensor cores (kTcSum):
+    // 0.826-0.853 ms against 0.881-0.896 at 1x12x32760, topk 0.1, on the H200
+    // (2026-11-30, bench_sla `sagesla_fused_attend`, three runs against one).
+    // TURBODIFF_SAGE_SM90_ROWSUM=0 turns it off (A/B only: the simulation,
+    // sage_attention_cpu, models the default).
+    const char* rowsum = std::getenv("TURBODIFF_SAGE_SM90_ROWSUM");
+    const bool tc_sum = ap.lse == nullptr && !(rowsum && rowsum[0] == '0');
+    return tc_sum ? launch<D, 2, 3, true>(ap, p, stream) : launch<D, 2, 3>(ap, p, stream);
+  }
   // Dense: 5 K/V stages for long key sequences, 4 for short ones. Measured
   // side by side on the H200 (2026-11-30, session 5, bench_attention, three
   // runs of 5 against three of 4): 5 stages 0.5-1.5% faster at every self-

@@ -340,6 +340,7 @@ constexpr int kFoldBatch = 16;
 // per head and 16 chunks in flight per thread put ~4x more bytes in flight.
 // Predicted: ~12-18 us at 1x12x32760 (384 + 36 CTAs).
 constexpr int kProjRows = 4, kProjChunkBatch = 16;
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) & 31; }
 constexpr int proj_fold_ctas(bool stats) { return stats ? 3 : 1; }
 template <int D, typename WT, bool kStats = false>
 __global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
@@ -397,19 +398,42 @@ __global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
 #pragma unroll
   for (int r = 0; r < kProjRows; ++r) rows[r][c] = s[r];
   __syncthreads();
-  const WT* w = static_cast<const WT*>(p.proj_w) + int64_t(c) * D;
+  // M[f][c] = Σ_i S[f][i]·W[c][i] for the CTA's rows f, by warps: warp w owns
+  // the columns c = 32w .. 32w + 31; lane l takes i = l, l + 32, ... (W's row c
+  // read by the warp in contiguous 128-byte pieces), then the warp's sum, one
+  // c at a time (lane c % 32 keeps it). Why: with a thread per c, every load
+  // of W hit 32 rows 512 bytes apart and the FMAs waited on them: 45 us of
+  // issue-starved kernel at 1x12x32760 (ncu, H200, 2026-11-30: 68% of the
+  // warp samples on those FMAs and loads, 4.8% issue slots).
+  constexpr int kPerLane = D / 32, kCGroup = 8;
+  float sv[kProjRows][kPerLane];
+#pragma unroll
+  for (int r = 0; r < kProjRows; ++r)
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) sv[r][k] = rows[r][lane_id() + 32 * k];
   float m[kProjRows];
 #pragma unroll
   for (int r = 0; r < kProjRows; ++r) m[r] = 0.f;
-#pragma unroll 2
-  for (int i = 0; i < D; i += 4) {
-    float wv[4];  // proj_l's rows need not be 16-byte aligned: scalar loads (L1 hits after the first)
+  const int warp_c0 = (c / 32) * 32;
+  const WT* wrow = static_cast<const WT*>(p.proj_w) + int64_t(warp_c0) * D + lane_id();
+  for (int cg = 0; cg < 32; cg += kCGroup) {
+    float wv[kCGroup][kPerLane];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) wv[u] = float(w[i + u]);
+    for (int u = 0; u < kCGroup; ++u)
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
+      for (int k = 0; k < kPerLane; ++k) wv[u][k] = float(wrow[int64_t(cg + u) * D + 32 * k]);
 #pragma unroll
-      for (int r = 0; r < kProjRows; ++r) m[r] = fmaf(rows[r][i + u], wv[u], m[r]);
+    for (int u = 0; u < kCGroup; ++u) {
+#pragma unroll
+      for (int r = 0; r < kProjRows; ++r) {
+        float t = 0.f;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) t = fmaf(sv[r][k], wv[u][k], t);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+        if (lane_id() == cg + u) m[r] = t;
+      }
+    }
   }
 #pragma unroll
   for (int r = 0; r < kProjRows; ++r) p.ws.m[(bh * D + f0 + r) * D + c] = __float2bfloat16_rn(m[r]);
