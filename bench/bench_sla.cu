@@ -45,7 +45,7 @@
 //     `linear` (whole branch), `sagesla_linear_prepare_staged` /
 //     `sagesla_linear_apply_staged` beside `sagesla_linear_prepare` /
 //     `sagesla_linear_apply` (the K/V half and the Q half alone).
-// JSON on stdout. `bench_sla [--quick]` (--quick: the smaller shape only).
+// JSON on stdout. `bench_sla [--quick | --large-only]` (--quick: the smaller shape only; --large-only: the larger).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -87,6 +87,7 @@ double once(const std::function<void(int)>& fn, cudaStream_t st) { return td::be
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool large_only = argc > 1 && std::strcmp(argv[1], "--large-only") == 0;  // 1x40x75600 only (profiling)
   cudaStream_t stream;
   TD_BENCH_CUDA(cudaStreamCreate(&stream));
   nlohmann::json out;
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
   nlohmann::json results = nlohmann::json::array();
   std::vector<Shape> shapes = {{"wan1.3b_480p", 32760, 12}, {"wan14b_720p", 75600, 40}};
   if (quick) shapes.resize(1);
+  if (large_only) shapes.erase(shapes.begin());
   const int64_t D = 128, B = 1;
   for (const Shape& s : shapes) {
     const size_t n = size_t(B * s.len * s.heads * D);
