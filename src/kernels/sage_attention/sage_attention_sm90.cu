@@ -379,8 +379,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // keeps the sparse tile loop below in one copy: without the guard it
     // versions the unit loop and the hot copy carries more spill traffic
     // (SASS of the rowsum kernel at head_dim 128: 1215 -> 1176 instructions
-    // and 8 -> 6 spill loads per tile; the kernel 0.90 -> ~0.83 ms at
-    // 1x12x32760 topk 0.1 on the H200, docs/benchmarks.md, session 11).
+    // and 8 -> 6 spill loads per tile; with the row sums below, the kernel
+    // 0.90 -> 0.84-0.86 ms at 1x12x32760 topk 0.1 on the H200,
+    // docs/benchmarks.md, session 11).
     if (kSparse && p.n_sel <= 0) ++tiles_done;
     auto stage_of = [&](int g) { return pipe * kStages + g % kStages; };
     auto phase_of = [&](int g) { return uint32_t((g / kStages) & 1); };
@@ -818,10 +819,10 @@ template <int D>
 Status run_d(const AttnParams& ap, const AttnProblem& p, const SageSparse* sp, cudaStream_t stream) {
   if (sp) {
     // Without an LSE the row sums come from the tensor cores (kTcSum):
-    // 0.826-0.853 ms against 0.881-0.896 at 1x12x32760, topk 0.1, on the H200
-    // (2026-11-30, bench_sla `sagesla_fused_attend`, three runs against one).
-    // TURBODIFF_SAGE_SM90_ROWSUM=0 turns it off (A/B only: the simulation,
-    // sage_attention_cpu, models the default).
+    // 0.843-0.865 ms against 0.900 at 1x12x32760, topk 0.1, on the H200
+    // (2026-11-30, bench_sla `sagesla_fused_attend`, the final build,
+    // TURBODIFF_SAGE_SM90_ROWSUM=0 for the second). That switch is for A/B
+    // only: the simulation, sage_attention_cpu, models the default.
     const char* rowsum = std::getenv("TURBODIFF_SAGE_SM90_ROWSUM");
     const bool tc_sum = ap.lse == nullptr && !(rowsum && rowsum[0] == '0');
     return tc_sum ? launch<D, 2, 3, true>(ap, p, stream) : launch<D, 2, 3>(ap, p, stream);
