@@ -9,7 +9,10 @@
 // the group gives its registers away with setmaxnreg), warpgroups 1 and 2 are
 // consumers, each owning 64 query rows.
 //   dense   one K/V pipe shared by both consumers (128 query rows per CTA), 5 stages (4 when Lk < 4096)
-//   sparse  one pipe per consumer (each 64-row query block has its own LUT row), 3 stages each
+//   sparse  one pipe per consumer (each 64-row query block has its own LUT row), 3 stages each,
+//           two Q slots per consumer, and one stream of tiles across the consumer's units
+//           (the next unit's first Q·Kᵀ goes with the last P̃·V of the unit before it, whose
+//           epilogue then runs beside the next Q·Kᵀ)
 // The producer hands each stage's K scales and tile index over in shared
 // memory; each consumer overlaps P̃·V of tile j with the row max of j+1, then
 // folds it beside the exp2 of j+1.
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
@@ -71,22 +75,50 @@ struct Sm90Traits {
                                       SmemV<1>{}(_, _, 0)));
 };
 
+// Shared memory of Sm90Config::Shared besides the operands. meta: per stage,
+// written by the producer before it arrives on the stage's full barrier
+// (mbarrier.arrive releases, the consumers' wait acquires): the tile's two K
+// scales and its index (sparse: the LUT entry; n_ktiles, i.e. no valid key,
+// for one outside [0, KB)), so no consumer waits on an L2 load inside the
+// softmax. vscale / qkm: the epilogue's per-channel V scales and per-row LSE
+// corrections, written by each consumer in its epilogue.
+template <int D, int kAllStages>
+struct MetaShared {
+  float4 meta[kAllStages];  // x, y: K scales of the tile's two 64-key halves; z: tile index (int bits)
+  float vscale[2][D];       // per consumer warpgroup
+  float qkm[2][kBQ];
+};
+// kTcSum's constant B operand (a 128-byte-swizzle atom is 8 rows x 128 bytes
+// and its descriptor assumes 1 KB alignment; every byte is 1.0, so the swizzle
+// permutes equal bytes). Written once before the CTA's first barrier and
+// shared by both consumers, so its address is a constant of the kernel.
+constexpr size_t kOnesBytes = 8 * kBK;
+constexpr uint32_t kE4m3One4 = 0x38383838u;  // four e4m3 1.0
+
 // kPipes = 1: dense (both consumers read every stage); 2: sparse (one pipe per
-// consumer). kStages_: stages per pipe (dense 5, 4 for short keys; sparse 3: 16 KB Q + 6 x 32 KB
-// K/V = 208 KB at head_dim 128).
+// consumer). kStages_: stages per pipe (dense 5, 4 for short keys; sparse 3: 32 KB Q (two
+// slots per consumer) + 6 x 32 KB K/V = 224 KB at head_dim 128, with the meta and the
+// ones tile exactly the 227 KB a CTA can have).
 template <int D, int kPipes, int kStages_>
 struct Sm90Config {
   using T = Sm90Traits<D>;
   static constexpr int kStages = kStages_;
   static constexpr int kAllStages = kStages * kPipes;
+  // Q slots per consumer warpgroup: sparse 2 (the CTA's k-th unit in slot
+  // kQSlots·c + k % kQSlots, so a unit's Q loads while the one before it
+  // runs and the consumer's tile stream goes on across units); dense 1.
+  static constexpr int kQSlots = kPipes == 2 ? 2 : 1;
+  using SmemQ = decltype(tile_to_shape(typename T::QKAtom{}, make_shape(Int<kBQ>{}, Int<D>{}, Int<2 * kQSlots>{})));
   using SmemK = typename T::template SmemK<kAllStages>;
   using SmemV = typename T::template SmemV<kAllStages>;
   struct Shared {
-    alignas(1024) int8_t q[cosize_v<typename T::SmemQ>];
+    alignas(1024) int8_t q[cosize_v<SmemQ>];
     alignas(1024) int8_t k[cosize_v<SmemK>];
     alignas(1024) float_e4m3_t v[cosize_v<SmemV>];
-    alignas(8) uint64_t q_full[2];
-    alignas(8) uint64_t q_empty[2];  // released by the 4 warps of consumer c
+    alignas(1024) uint8_t ones[kOnesBytes];  // kTcSum's B operand (1 KB aligned: one swizzle atom)
+    MetaShared<D, kAllStages> meta;
+    alignas(8) uint64_t q_full[2 * kQSlots];   // per Q slot
+    alignas(8) uint64_t q_empty[2 * kQSlots];  // released by the 4 warps of the slot's consumer
     alignas(8) uint64_t full[kAllStages];
     alignas(8) uint64_t empty[kAllStages];
   };
@@ -105,27 +137,6 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
 }
-// Shared memory beside Sm90Config::Shared. meta: per stage, written by the
-// producer before it arrives on the stage's full barrier (mbarrier.arrive
-// releases, the consumers' wait acquires): the tile's two K scales and its
-// index (sparse: the LUT entry; n_ktiles, i.e. no valid key, for one outside
-// [0, KB)), so no consumer waits on an L2 load inside the softmax. vscale /
-// qkm: the epilogue's per-channel V scales and per-row LSE corrections, loaded
-// by each consumer at its start.
-template <int D, int kAllStages>
-struct MetaShared {
-  float4 meta[kAllStages];  // x, y: K scales of the tile's two 64-key halves; z: tile index (int bits)
-  float vscale[2][D];       // per consumer warpgroup
-  float qkm[2][kBQ];
-};
-// kTcSum's constant B operand, after MetaShared at the next 1 KB boundary (a
-// 128-byte-swizzle atom is 8 rows x 128 bytes and its descriptor assumes 1 KB
-// alignment; every byte is 1.0, so the swizzle permutes equal bytes). Written
-// once before the CTA's first barrier and shared by both consumers, so its
-// address is a constant of the kernel.
-constexpr size_t kOnesBytes = 8 * kBK;
-constexpr uint32_t kE4m3One4 = 0x38383838u;  // four e4m3 1.0
-__host__ __device__ constexpr size_t ones_offset(size_t meta_end) { return (meta_end + 1023) / 1024 * 1024; }
 __device__ __forceinline__ void st_shared_f4(const void* ptr, float4 v) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(uint32_t(__cvta_generic_to_shared(ptr))), "f"(v.x),
                "f"(v.y), "f"(v.z), "f"(v.w)
@@ -145,9 +156,13 @@ __device__ __forceinline__ float4 ld_shared_f4(const void* ptr) {
 // i + 2·grid, ... (unit u: tile u % qtiles of head-batch u / qtiles, the
 // order of the former one-CTA-per-unit grid, so concurrently running units
 // share K/V in L2 as before). The K/V stage ring runs on across units and Q
-// has two slots per consumer, so a unit's Q and first K/V tiles load while
-// the previous unit's last tiles and epilogue run: the per-unit start-up
-// (Q and LUT latency, pipe fill) that a fresh CTA pays is hidden.
+// has its own slots (two per consumer for sparse), so a unit's Q and first
+// K/V tiles load while the previous unit's last tiles and epilogue run: the
+// per-unit start-up (Q and LUT latency, pipe fill) that a fresh CTA pays is
+// hidden. Sparse consumers also keep their tensor-core chain going across
+// units (see the tile stream below): with 25 tiles per unit at topk 0.1 the
+// unit boundary was a visible share of the kernel (0.855-0.865 -> 0.832-0.855
+// ms at 1x12x32760, 15.22 -> 14.95 ms at 1x40x75600 on the H200, session 12).
 // kTcSum (sparse calls without an LSE): the row sums come from the tensor
 // cores: P̃·1 (MmaSum) is issued with P̃·V of the same tile into a 4-register
 // fp32 accumulator and folded into l like O (l = l·α + Σ), so the softmax
@@ -178,8 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kTcSum || kSparse, "kTcSum: the sparse kernel's row sums");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   typename C::Shared& sh = *reinterpret_cast<typename C::Shared*>(smem_raw);
-  using Meta = MetaShared<D, C::kAllStages>;
-  Meta& ms = *reinterpret_cast<Meta*>(smem_raw + sizeof(typename C::Shared));
+  auto& ms = sh.meta;
   // wg through a shuffle: the compiler then knows it is warp-uniform and keeps
   // what derives from it (the consumer's Q descriptors) in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -203,9 +217,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   if (threadIdx.x == 0) {
-    for (int c = 0; c < 2; ++c) {
-      cutlass::arch::ClusterTransactionBarrier::init(&sh.q_full[c], 1);
-      cutlass::arch::ClusterBarrier::init(&sh.q_empty[c], 4);  // the 4 warps of consumer c
+    for (int s = 0; s < 2 * C::kQSlots; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&sh.q_full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&sh.q_empty[s], 4);  // the 4 warps of consumer s / kQSlots
     }
     for (int s = 0; s < C::kAllStages; ++s) {
       cutlass::arch::ClusterTransactionBarrier::init(&sh.full[s], 1);
@@ -217,8 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The ones tile (8 bytes per thread), made visible to the async proxy
     // (the wgmma operand reads) before the barrier below.
     if (threadIdx.x < kOnesBytes / 8) {
-      *reinterpret_cast<uint2*>(smem_raw + ones_offset(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>)) +
-                                threadIdx.x * 8) = make_uint2(kE4m3One4, kE4m3One4);
+      *reinterpret_cast<uint2*>(sh.ones + threadIdx.x * 8) = make_uint2(kE4m3One4, kE4m3One4);
       cutlass::arch::fence_view_async_shared();
     }
   }
@@ -229,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  Tensor sQ = make_tensor(make_smem_ptr(sh.q), typename T::SmemQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(sh.q), typename C::SmemQ{});
   Tensor sK = make_tensor(make_smem_ptr(sh.k), typename C::SmemK{});
   Tensor sV = make_tensor(make_smem_ptr(sh.v), typename C::SmemV{});
 
@@ -260,13 +273,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       // only waits and releases it).
       for (int k = 0, u = int(blockIdx.x); u < n_units; ++k, u += int(gridDim.x)) {
         const int bh = bh_of(u);
-        // Q of the consumer(s) this pipe feeds, once the consumer has released
-        // the previous unit's (its last Q·Kᵀ done).
+        // Q of the consumer(s) this pipe feeds, into slot kQSlots·c + k %
+        // kQSlots once the consumer has released that slot's previous unit
+        // (its last Q·Kᵀ done).
         if (lane == 0) {
           for (int c = kSparse ? pipe : 0; c < (kSparse ? pipe + 1 : 2); ++c) {
-            cutlass::arch::ClusterBarrier::wait(&sh.q_empty[c], uint32_t(k & 1) ^ 1u);
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[c], C::kQBytes);
-            copy(tma_q.with(sh.q_full[c]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(u, c)), tQs(_, c));
+            const int slot = C::kQSlots * c + k % C::kQSlots;
+            cutlass::arch::ClusterBarrier::wait(&sh.q_empty[slot], uint32_t((k / C::kQSlots) & 1) ^ 1u);
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&sh.q_full[slot], C::kQBytes);
+            copy(tma_q.with(sh.q_full[slot]), tQg(_, bh * (p.lq_pad / kBQ) + qblock_of(u, c)), tQs(_, slot));
           }
         }
         const float* kscale = p.kscale + int64_t(bh) * (p.lk_pad / 64);
@@ -326,8 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename T::MmaSum mma_sum;
     auto thr_sum = mma_sum.get_thread_slice(tid);
     Tensor sOnes = make_tensor(
-        make_smem_ptr(reinterpret_cast<float_e4m3_t*>(
-            smem_raw + ones_offset(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>)))),
+        make_smem_ptr(reinterpret_cast<float_e4m3_t*>(sh.ones)),
         typename T::SmemOnes{});
     Tensor tLrOnes = thr_sum.make_fragment_B(thr_sum.partition_B(sOnes));  // (.., .., k); k-step 0 serves all
     Tensor acc_l = partition_fragment_C(mma_sum, make_shape(Int<kBQ>{}, Int<8>{}));
@@ -336,61 +350,64 @@ __global__ void __launch_bounds__(kThreads, 1)
     // This thread's rows: g and g + 8 of its warp's 16; columns 8j + 2t (+1).
     const int wrow = (tid / 32) * 16 + (lane >> 2), tq = lane & 3;
     constexpr float kLog2_448 = 8.807354922057604f;
-    int tiles_done = 0;  // this pipe's tiles in earlier units: the stage ring's position
-    for (int k = 0; blockIdx.x + k * gridDim.x < unsigned(n_units); ++k) {
-    const int u = int(blockIdx.x + k * gridDim.x);
+    // The consumer's units: the CTA's k-th unit is u = blockIdx.x + k·gridDim.x;
+    // its Q is in slot kQSlots·c + k % kQSlots, whose barriers are in phase
+    // (k / kQSlots) & 1.
+    auto has_unit = [&](int kk) { return blockIdx.x + unsigned(kk) * gridDim.x < unsigned(n_units); };
+    auto unit_of = [&](int kk) { return int(blockIdx.x + unsigned(kk) * gridDim.x); };
+    auto q_slot_of = [&](int kk) { return C::kQSlots * c + kk % C::kQSlots; };
+    auto wait_q = [&](int kk) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[q_slot_of(kk)], uint32_t((kk / C::kQSlots) & 1));
+    };
+    // Q goes back to the producer as soon as the unit's last Q·Kᵀ is complete.
+    auto release_q = [&](int kk) {
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.q_empty[q_slot_of(kk)]);
+    };
     // Sparse: a query block past len_q (odd count) has no LUT row; its pipe
     // loads no K/V for it (Q only, released at once). Dense: both consumers
-    // share the pipe's barriers, so both run (rows past len_q are zero
-    // padding and are not stored).
-    if (kSparse && !qblock_valid(u, c)) {
-      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], uint32_t(k & 1));
-      __syncwarp();
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.q_empty[c]);
-      continue;
-    }
-    float qs_lo, qs_hi;
-    {
+    // share the pipe's barriers, so both run every unit (rows past len_q are
+    // zero padding and are not stored). Returns the first unit from kk on
+    // that this consumer computes.
+    auto skip_invalid = [&](int kk) {
+      if constexpr (kSparse) {
+        while (has_unit(kk) && !qblock_valid(unit_of(kk), c)) {
+          wait_q(kk);
+          release_q(kk);
+          ++kk;
+        }
+      }
+      return kk;
+    };
+    // A unit's Q scales (this thread's two rows) and, for its epilogue, the
+    // V scale of channel tid and the LSE correction of row tid.
+    struct UnitScales {
+      float qs_lo, qs_hi, vs, qkm;
+    };
+    auto load_scales = [&](int u) {
       const int bh = bh_of(u), q0 = qblock_of(u, c) * kBQ;
       const int64_t row_lo = int64_t(bh) * p.lq_pad + q0 + wrow;
-      qs_lo = __ldg(p.qscale + row_lo);
-      qs_hi = __ldg(p.qscale + row_lo + 8);
-      // The epilogue's V scales and LSE corrections: loaded now, stored to
-      // shared memory after the Q wait (their latency hides behind it) once
-      // every warp of this consumer is past the previous unit's epilogue
-      // (named barrier 3 + c), read after the same barrier at the end.
-      const float vs_mine = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
-      const float qkm_mine = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
-      cutlass::arch::ClusterTransactionBarrier::wait(&sh.q_full[c], uint32_t(k & 1));
-      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
-      if (tid < D) ms.vscale[c][tid] = vs_mine;
-      if (tid < kBQ) ms.qkm[c][tid] = qkm_mine;
-    }
+      UnitScales s;
+      s.qs_lo = __ldg(p.qscale + row_lo);
+      s.qs_hi = __ldg(p.qscale + row_lo + 8);
+      s.vs = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
+      s.qkm = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
+      return s;
+    };
 
+    float qs_lo = 0.f, qs_hi = 0.f;  // the Q scales of the unit whose tiles the softmax works on
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
     CUTE_UNROLL
     for (int i = 0; i < size(acc_o); ++i) acc_o(i) = 0.f;
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
-    // Tiles are numbered across units (g0 .. g_end - 1): the stage ring's position.
-    const int g0 = tiles_done;
-    tiles_done += n_tiles_of(u, pipe);
-    const int g_last = tiles_done - 1;
-    // Never taken (the host checks n_sel >= 1). A count ptxas cannot fold
-    // keeps the sparse tile loop below in one copy: without the guard it
-    // versions the unit loop and the hot copy carries more spill traffic
-    // (SASS of the rowsum kernel at head_dim 128: 1215 -> 1176 instructions
-    // and 8 -> 6 spill loads per tile; with the row sums below, the kernel
-    // 0.90 -> 0.84-0.86 ms at 1x12x32760 topk 0.1 on the H200,
-    // docs/benchmarks.md, session 11).
-    if (kSparse && p.n_sel <= 0) ++tiles_done;
     auto stage_of = [&](int g) { return pipe * kStages + g % kStages; };
     auto phase_of = [&](int g) { return uint32_t((g / kStages) & 1); };
 
     // The meta (K scales, tile) of the tile whose Q·Kᵀ was issued last, read
     // from shared memory right after its full barrier, used by its softmax.
     float4 meta_next = make_float4(0.f, 0.f, 0.f, 0.f);
-    // S = Q·Kᵀ of the j-th tile into acc_s (issued, not waited for).
-    auto issue_qk = [&](int j) {
+    // S = Q·Kᵀ of the j-th tile into acc_s with the Q of slot q_slot (issued, not waited for).
+    auto issue_qk = [&](int j, int q_slot) {
       cutlass::arch::ClusterTransactionBarrier::wait(&sh.full[stage_of(j)], phase_of(j));
       meta_next = ld_shared_f4(&ms.meta[stage_of(j)]);
       warpgroup_fence_operand(acc_s);
@@ -398,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
-        cute::gemm(mma_qk, tSrQ(_, _, kk, c), tSrK(_, _, kk, stage_of(j)), acc_s);
+        cute::gemm(mma_qk, tSrQ(_, _, kk, q_slot), tSrK(_, _, kk, stage_of(j)), acc_s);
         mma_qk.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
@@ -656,85 +673,217 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
 
-    // Q goes back to the producer as soon as the unit's last Q·Kᵀ is complete
-    // (the next unit's Q then loads under this unit's last tile and epilogue).
-    auto release_q = [&]() {
-      __syncwarp();
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.q_empty[c]);
+    // A finished unit's output: O·sv/l to BF16 (and the LSE). The V scales
+    // and LSE corrections go through shared memory (ms.vscale / ms.qkm, this
+    // consumer's half), written here between two named barriers (3 + c): the
+    // first keeps them until every warp has read the previous unit's.
+    auto epilogue = [&](int u_end, float el_lo, float el_hi, float em_lo, float em_hi, float vs_mine,
+                        float qkm_mine) {
+      if constexpr (!kTcSum) {  // kTcSum: P̃·1 summed all of the row's columns already
+        el_lo += __shfl_xor_sync(0xffffffffu, el_lo, 1);
+        el_lo += __shfl_xor_sync(0xffffffffu, el_lo, 2);
+        el_hi += __shfl_xor_sync(0xffffffffu, el_hi, 1);
+        el_hi += __shfl_xor_sync(0xffffffffu, el_hi, 2);
+      }
+      const float inv_lo = el_lo > 0.f ? 1.f / el_lo : 0.f, inv_hi = el_hi > 0.f ? 1.f / el_hi : 0.f;
+      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
+      if (tid < D) ms.vscale[c][tid] = vs_mine;
+      if (tid < kBQ) ms.qkm[c][tid] = qkm_mine;
+      asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
+      const int bh = bh_of(u_end), b = bh / p.heads, h = bh - b * p.heads;
+      const int q0 = qblock_of(u_end, c) * kBQ;
+      const int r_lo = q0 + wrow, r_hi = r_lo + 8;
+      __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_o); i += 2) {
+        const int col = (i / 4) * 8 + 2 * tq;
+        const bool hi = (i & 2) != 0;
+        const int row = hi ? r_hi : r_lo;
+        if (row >= p.len_q) continue;
+        const float inv = hi ? inv_hi : inv_lo;
+        const float2 vs = *reinterpret_cast<const float2*>(&ms.vscale[c][col]);
+        *reinterpret_cast<__nv_bfloat162*>(og + int64_t(row) * p.os.token + col) =
+            __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
+      }
+      if (p.lse != nullptr && tq == 0) {
+        // P̃ = 448·2^(s - m): log2 Σ 2^s = m + log2 l - log2 448.
+        constexpr float kLn2 = 0.69314718055994531f;
+        float* lse = p.lse + int64_t(bh) * p.len_q;
+        if (r_lo < p.len_q) lse[r_lo] = (em_lo + __log2f(el_lo) - kLog2_448) * kLn2 + ms.qkm[c][wrow];
+        if (r_hi < p.len_q) lse[r_hi] = (em_hi + __log2f(el_hi) - kLog2_448) * kLn2 + ms.qkm[c][wrow + 8];
+      }
     };
-    float alpha_lo, alpha_hi;
-    issue_qk(g0);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_s);
-    if (g0 == g_last) release_q();
-    {
-      TileScale c;
-      int valid;
-      float mx_lo, mx_hi;
-      max_phase(meta_next, c, valid, mx_lo, mx_hi);
-      exp_phase(g0, false, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
-    }
-    // P̃·V of tile j runs on the tensor cores while the row max of j+1 is
-    // computed; its wait and fold then run beside the exp2 of j+1. ptxas -v:
-    // no spills, no C7514 (wgmma serialization).
+
+    if constexpr (!kSparse) {
+      // Dense: unit by unit (one unit per CTA for long keys, where the
+      // cross-unit stream below has nothing to overlap; for short keys it
+      // measured no faster on the H200, docs/benchmarks.md, session 12).
+      int tiles_done = 0;  // the stage ring's position
+      for (int k = 0; has_unit(k); ++k) {
+        const int u = unit_of(k);
+        const UnitScales cur = load_scales(u);
+        qs_lo = cur.qs_lo;
+        qs_hi = cur.qs_hi;
+        wait_q(k);
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_o); ++i) acc_o(i) = 0.f;
+        m_lo = m_hi = -INFINITY;
+        l_lo = l_hi = 0.f;
+        const int g0 = tiles_done;
+        tiles_done += n_ktiles;
+        const int g_last = tiles_done - 1;
+        float alpha_lo, alpha_hi;
+        issue_qk(g0, q_slot_of(k));
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        if (g0 == g_last) release_q(k);
+        {
+          TileScale tc;
+          int valid;
+          float mx_lo, mx_hi;
+          max_phase(meta_next, tc, valid, mx_lo, mx_hi);
+          exp_phase(g0, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        }
+        // P̃·V of tile j runs on the tensor cores while the row max of j+1
+        // is computed; its wait and fold then run beside the exp2 of j+1.
+        for (int j = g0; j < g_last; ++j) {
+          issue_qk(j + 1, q_slot_of(k));
+          issue_pv(j);
+          warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
+          warpgroup_fence_operand(acc_s);
+          if (j + 1 == g_last) release_q(k);
+          TileScale tc;
+          int valid;
+          float mx_lo, mx_hi;
+          max_phase(meta_next, tc, valid, mx_lo, mx_hi);
+          warpgroup_wait<0>();  // P̃·V of j
+          exp_phase(j, true, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        }
+        issue_pv(g_last);
+        warpgroup_wait<0>();
+        finish_tile(g_last, alpha_lo, alpha_hi);
+        epilogue(u, l_lo, l_hi, m_lo, m_hi, cur.vs, cur.qkm);
+      }
+    } else {
+    // Sparse: one stream of tiles across the consumer's units (tile j: the
+    // stage ring's position j). Within a unit, P̃·V of tile j runs on the tensor
+    // cores while the row max of j+1 is computed; its wait and fold then run
+    // beside the exp2 of j+1. Across units the stream does not stop: at a
+    // unit's last tile the next unit's first Q·Kᵀ is issued with its P̃·V,
+    // and the finished unit's epilogue runs in the next step, while that
+    // unit's second Q·Kᵀ is on the tensor cores (O of the finished unit is
+    // still in acc_o then: the new unit's first fold has α = 0, m being
+    // -inf, and only then overwrites it). So neither a unit's first Q·Kᵀ
+    // nor its epilogue leaves this consumer's tensor-core chain empty.
+    // ptxas -v: no spills, no C7514 (wgmma serialization).
     // Tried and dropped (figures in docs/benchmarks.md): issuing Q·Kᵀ of j+2
     // before the exp2 of j+1, after the fold of j (the fold then runs before
     // the exp phase; 3% slower on the H200); issuing it before the fold
     // (ptxas serialized every wgmma or spilled ~600 bytes); folding P̃·V of
     // two tiles at a time behind a lazily moved running max (a
     // warpgroup-wide vote per tile, bar.red.or): 7% slower.
-    for (int j = g0; j < g_last; ++j) {
-      issue_qk(j + 1);
-      issue_pv(j);
-      warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
+    int k = skip_invalid(0);
+    if (has_unit(k)) {
+      int u = unit_of(k);
+      UnitScales cur = load_scales(u);
+      qs_lo = cur.qs_lo;
+      qs_hi = cur.qs_hi;
+      int g_last = n_tiles_of(u, pipe) - 1;
+      float alpha_lo = 0.f, alpha_hi = 0.f;
+      wait_q(k);
+      issue_qk(0, q_slot_of(k));
+      warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
-      if (j + 1 == g_last) release_q();
-      TileScale c;
-      int valid;
-      float mx_lo, mx_hi;
-      max_phase(meta_next, c, valid, mx_lo, mx_hi);
-      warpgroup_wait<0>();  // P̃·V of j
-      exp_phase(j, true, c, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      if (g_last == 0) release_q(k);
+      {
+        TileScale tc;
+        int valid;
+        float mx_lo, mx_hi;
+        max_phase(meta_next, tc, valid, mx_lo, mx_hi);
+        exp_phase(0, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      }
+      // The finished unit whose epilogue is still to run.
+      bool pending = false;
+      int ep_u = 0;
+      float ep_l_lo = 0.f, ep_l_hi = 0.f, ep_m_lo = 0.f, ep_m_hi = 0.f, ep_vs = 0.f, ep_qkm = 0.f;
+      // One step of the stream with tile j's P̃ packed and Q·Kᵀ of j+1 in the
+      // same unit: P̃·V of j beside the row max of j+1, then fold j beside
+      // the exp2 of j+1. with_epilogue: the unit's first step, which also
+      // runs the previous unit's epilogue while Q·Kᵀ of j+1 is in flight.
+      // (with_epilogue a std::bool_constant: two instantiations, each called
+      // once, so both are inlined.)
+      auto step_within = [&](int j, auto with_epilogue) __attribute__((always_inline)) {
+        issue_qk(j + 1, q_slot_of(k));
+        if constexpr (decltype(with_epilogue)::value) epilogue(ep_u, ep_l_lo, ep_l_hi, ep_m_lo, ep_m_hi, ep_vs, ep_qkm);
+        issue_pv(j);
+        warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
+        warpgroup_fence_operand(acc_s);
+        if (j + 1 == g_last) release_q(k);
+        TileScale tc;
+        int valid;
+        float mx_lo, mx_hi;
+        max_phase(meta_next, tc, valid, mx_lo, mx_hi);
+        warpgroup_wait<0>();  // P̃·V of j
+        exp_phase(j, true, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      };
+      int j = 0;
+      for (;;) {
+        // The unit's tiles j .. g_last; the first step carries the pending epilogue.
+        if (j < g_last) {
+          if (pending) {
+            step_within(j, std::true_type{});
+            pending = false;
+            ++j;
+          }
+          // The steady state: the same loop as without the cross-unit stream.
+          for (; j < g_last; ++j) step_within(j, std::false_type{});
+        }
+        // j == g_last: the unit's last tile; the next unit's first Q·Kᵀ goes with its P̃·V.
+        const int nk = skip_invalid(k + 1);
+        if (!has_unit(nk)) break;
+        const int nu = unit_of(nk);
+        const UnitScales nxt = load_scales(nu);
+        const int n_last = j + n_tiles_of(nu, pipe);
+        wait_q(nk);
+        issue_qk(j + 1, q_slot_of(nk));
+        if (pending) epilogue(ep_u, ep_l_lo, ep_l_hi, ep_m_lo, ep_m_hi, ep_vs, ep_qkm);  // a one-tile unit
+        issue_pv(j);
+        warpgroup_wait<1>();  // Q·Kᵀ of the next unit's first tile
+        warpgroup_fence_operand(acc_s);
+        if (j + 1 == n_last) release_q(nk);
+        qs_lo = nxt.qs_lo;
+        qs_hi = nxt.qs_hi;
+        TileScale tc;
+        int valid;
+        float mx_lo, mx_hi;
+        max_phase(meta_next, tc, valid, mx_lo, mx_hi);
+        warpgroup_wait<0>();  // P̃·V of j, the finished unit's last
+        finish_tile(j, alpha_lo, alpha_hi);
+        pending = true;
+        ep_u = u;
+        ep_l_lo = l_lo;
+        ep_l_hi = l_hi;
+        ep_m_lo = m_lo;
+        ep_m_hi = m_hi;
+        ep_vs = cur.vs;
+        ep_qkm = cur.qkm;
+        m_lo = m_hi = -INFINITY;
+        l_lo = l_hi = 0.f;
+        k = nk;
+        u = nu;
+        cur = nxt;
+        g_last = n_last;
+        ++j;
+        exp_phase(j, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+      }
+      // j: the consumer's last tile.
+      if (pending) epilogue(ep_u, ep_l_lo, ep_l_hi, ep_m_lo, ep_m_hi, ep_vs, ep_qkm);
+      issue_pv(j);
+      warpgroup_wait<0>();
+      finish_tile(j, alpha_lo, alpha_hi);
+      epilogue(u, l_lo, l_hi, m_lo, m_hi, cur.vs, cur.qkm);
     }
-    issue_pv(g_last);
-    warpgroup_wait<0>();
-    finish_tile(g_last, alpha_lo, alpha_hi);
-
-    // ---- epilogue ----
-    if constexpr (!kTcSum) {  // kTcSum: P̃·1 summed all of the row's columns already
-      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-      l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-      l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    }
-    const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-    // This warpgroup's stores of ms.vscale / ms.qkm (named barrier 3 + c) are
-    // visible past this point.
-    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
-    const int u_end = int(blockIdx.x + k * gridDim.x);
-    const int bh = bh_of(u_end), b = bh / p.heads, h = bh - b * p.heads;
-    const int q0 = qblock_of(u_end, c) * kBQ;
-    const int r_lo = q0 + wrow, r_hi = r_lo + 8;
-    __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head;
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_o); i += 2) {
-      const int col = (i / 4) * 8 + 2 * tq;
-      const bool hi = (i & 2) != 0;
-      const int row = hi ? r_hi : r_lo;
-      if (row >= p.len_q) continue;
-      const float inv = hi ? inv_hi : inv_lo;
-      const float2 vs = *reinterpret_cast<const float2*>(&ms.vscale[c][col]);
-      *reinterpret_cast<__nv_bfloat162*>(og + int64_t(row) * p.os.token + col) =
-          __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
-    }
-    if (p.lse != nullptr && tq == 0) {
-      // P̃ = 448·2^(s - m): log2 Σ 2^s = m + log2 l - log2 448.
-      constexpr float kLn2 = 0.69314718055994531f;
-      float* lse = p.lse + int64_t(bh) * p.len_q;
-      if (r_lo < p.len_q) lse[r_lo] = (m_lo + __log2f(l_lo) - kLog2_448) * kLn2 + ms.qkm[c][wrow];
-      if (r_hi < p.len_q) lse[r_hi] = (m_hi + __log2f(l_hi) - kLog2_448) * kLn2 + ms.qkm[c][wrow + 8];
-    }
-    }  // units
+    }  // sparse
   }
 #endif
 }
@@ -756,14 +905,8 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
                              make_tensor(make_gmem_ptr(reinterpret_cast<const float_e4m3_t*>(ap.v8)), lv),
                              typename T::template SmemV<1>{}(_, _, 0));
   auto kernel = sage_sm90_kernel<D, kPipes, kStagesPerPipe, kTcSum>;
-  static_assert(sizeof(typename C::Shared) % 16 == 0, "MetaShared's float4 follows Shared");
-  static_assert(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>) <= 227 * 1024,
-                "shared memory above the 227 KB an sm_90 CTA can have");
-  const size_t meta_end = sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>);
-  const int smem = int(kTcSum ? ones_offset(meta_end) + kOnesBytes : meta_end);
-  static_assert(ones_offset(sizeof(typename C::Shared) + sizeof(MetaShared<D, C::kAllStages>)) + kOnesBytes <=
-                    227 * 1024,
-                "shared memory with the ones tile above the 227 KB an sm_90 CTA can have");
+  static_assert(sizeof(typename C::Shared) <= 227 * 1024, "shared memory above the 227 KB an sm_90 CTA can have");
+  const int smem = int(sizeof(typename C::Shared));
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): cannot raise shared memory to ") +
