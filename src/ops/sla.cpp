@@ -77,14 +77,14 @@ kernels::SlaProblem problem(const Tensor& q, const Tensor& k, const Tensor& v, c
   if (fused_pipeline) {
     if (p.score_kernel == kernels::SlaScoreKernel::Auto) p.score_kernel = kernels::SlaScoreKernel::Tiled;
     if (p.linear_kernels == kernels::SlaLinearKernels::Auto) {
-      // TD_SLA_LINEAR=persist|staged, else by size: the persistent apply
-      // (bit-identical to Staged) won at 1x40x75600 in all five H200 runs of
-      // 2026-11-30 session 5 (20.25-20.65 ms against 20.82-21.93 for the whole
-      // SageSLA layer at topk 0.1) and lost at 1x12x32760 (1.58-1.63 against
-      // 1.55-1.60 ms); the threshold, 2^21 token-heads, lies between the two
-      // measured shapes.
+      // TD_SLA_LINEAR=persist picks the persistent apply (bit-identical to
+      // Staged), else Staged. The persistent one had won at 1x40x75600 (session
+      // 5); since the Q half forms φ(Q) in the mma fragments (session 12) the
+      // Staged apply is the faster at both measured shapes on the H200:
+      // 0.116-0.118 against 0.124 ms at 1x12x32760, 0.825 against 1.002 ms at
+      // 1x40x75600 (bench_sla `sagesla_linear_apply_staged` / `_persist`).
       const char* env = std::getenv("TD_SLA_LINEAR");
-      const bool persist = env ? std::strcmp(env, "persist") == 0 : p.batch * p.heads * p.len >= (int64_t(1) << 21);
+      const bool persist = env && std::strcmp(env, "persist") == 0;
       p.linear_kernels = persist ? kernels::SlaLinearKernels::StagedPersist : kernels::SlaLinearKernels::Staged;
     }
   }

@@ -16,7 +16,9 @@
 //      bias), stored as bf16 for the tensor cores.
 //   3. linear_apply: grid (128-token block, head, batch), 8 warps of 16 rows:
 //      φ(Q) in place in shared memory, den = φ(Q)·Σφ(K) + 1e-5 per row, φ(Q)·M
-//      with mma.sync, then o = o_s + acc / den + bias in the epilogue.
+//      with mma.sync, then o = o_s + acc / den + bias in the epilogue (the
+//      Staged / persistent variants form φ(Q) in the mma's A fragments instead:
+//      phi_q_times_m).
 // The Staged kernels (the defaults of every fused path; kv_partial_staged,
 // linear_apply_staged / _persist) differ from these in the ways their own
 // comments list; since session 7 also: exp of the softmax feature map as one
@@ -618,8 +620,102 @@ __device__ __forceinline__ void feature_map8(float (&x)[kPer]) {
   }
 }
 
+// The Q half's product for the warp's 16 rows of a swizzled Q tile at sq:
+// acc = φ(Q)·M (M at sm), d0 / d1 = the denominators of rows lane / 4 and
+// lane / 4 + 8 (φ(Q)·Σφ(K) + 1e-5), to every lane of the quad.
+// φ(Q) is formed in the mma's A fragments themselves: Q comes from shared
+// memory by ldmatrix in the fragment layout (a quad holds a row: 32 values a
+// lane), the row max by two quad shuffles, and each k-step's exponentials
+// are packed to bf16 right before its mma, so φ(Q) never goes back to shared
+// memory (the Staged kernels' former path: ld.shared, φ by 8-lane groups,
+// st.shared, ldmatrix; 16.7 K warp instructions per 128-row tile, 29% of the
+// warp samples on short-scoreboard stalls, ncu on the H200, session 12).
+// Softmax: the 1/Σ of φ cancels between numerator and denominator, so the
+// mma takes e = exp(q - max q) unnormalised (rounded to bf16, the row's
+// largest 1.0) and s = Σ e (the same rounded values, a ones column of the den
+// mma): φ(Q)·M / (φ(Q)·Σφ(K) + 1e-5) = e·M / (e·Σφ(K) + 1e-5·s).
 template <int D, int FM>
-__global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(const LinParams p) {
+__device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const uint32_t* den_cols, int warp, int lane,
+                                              float (&acc)[D / 8][4], float& d0, float& d1) {
+  constexpr int kChunks = D / 8, kSteps = D / 16;
+  constexpr float kLog2e = 1.4426950408889634f;
+  uint32_t qa[kSteps][4];
+  {
+    const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) ldmatrix_x4(qa[ks], sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
+  }
+  float ml0 = 0.f, ml1 = 0.f;  // softmax: max · log2 e of rows lane / 4 (a0, a2) and lane / 4 + 8 (a1, a3)
+  if constexpr (FM == 0) {
+    __nv_bfloat162 h0 = *reinterpret_cast<const __nv_bfloat162*>(&qa[0][0]);
+    __nv_bfloat162 h1 = *reinterpret_cast<const __nv_bfloat162*>(&qa[0][1]);
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      if (ks > 0) {
+        h0 = __hmax2(h0, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][0]));
+        h1 = __hmax2(h1, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][1]));
+      }
+      h0 = __hmax2(h0, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][2]));
+      h1 = __hmax2(h1, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][3]));
+    }
+    float m0 = fmaxf(__low2float(h0), __high2float(h0)), m1 = fmaxf(__low2float(h1), __high2float(h1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+    ml0 = m0 * kLog2e;
+    ml1 = m1 * kLog2e;
+  }
+  auto phi = [&](float x, float ml) {
+    if constexpr (FM == 0) return ex2_approx(fmaf(x, kLog2e, -ml));
+    else if constexpr (FM == 1) return x > 0.f ? x + 1.f : __expf(x);
+    else return fmaxf(x, 0.f);
+  };
+  float den[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  // The den mma's B fragment: column lane / 4 of [hi lo ones 0 ...] (ones for the softmax only).
+  const int n = lane >> 2;
+  const uint32_t* den_src = n == 0 ? den_cols : den_cols + D / 2;
+  constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 1.0 pair
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    uint32_t a[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qa[ks][r]));
+      const float ml = (r & 1) ? ml1 : ml0;
+      const __nv_bfloat162 e = __floats2bfloat162_rn(phi(v.x, ml), phi(v.y, ml));
+      a[r] = *reinterpret_cast<const uint32_t*>(&e);
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+      uint32_t mb[4];
+      ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
+      mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
+      mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
+    }
+    const int k2 = ks * 8 + (lane & 3);  // pair index of features 16·ks + 2·(lane & 3)
+    const uint32_t b0 = n < 2 ? den_src[k2] : (FM == 0 && n == 2) ? kOnes : 0u;
+    const uint32_t b1 = n < 2 ? den_src[k2 + 4] : (FM == 0 && n == 2) ? kOnes : 0u;
+    mma_bf16(den, a, b0, b1);
+  }
+  // Rows lane / 4 (c0, c1) and lane / 4 + 8 (c2, c3): hi + lo in the quad's lane 0, s in lane 1 (column 2).
+  const int q0 = lane & ~3;
+  d0 = __shfl_sync(0xffffffffu, den[0] + den[1], q0);
+  d1 = __shfl_sync(0xffffffffu, den[2] + den[3], q0);
+  if constexpr (FM == 0) {
+    d0 = fmaf(1e-5f, __shfl_sync(0xffffffffu, den[0], q0 | 1), d0);
+    d1 = fmaf(1e-5f, __shfl_sync(0xffffffffu, den[2], q0 | 1), d1);
+  } else {
+    d0 += 1e-5f;
+    d1 += 1e-5f;
+  }
+}
+
+template <int D, int FM>
+__global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(const LinParams p) {
   using T = StagedApplyTraits<D>;
   constexpr int kChunks = D / 8, kPer = D / 8, kLaneChunks = kPer / 8;  // 16-byte chunks per lane: 2 (D 128) or 1
   extern __shared__ __align__(128) unsigned char smem[];
@@ -645,70 +741,13 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_staged_kernel(cons
   cp_async_wait<1>();  // Q and M landed; o may still be in flight
   __syncthreads();
 
-  // φ(Q) in place, 4 rows of the warp's 16 at a time: lane group g = lane / 8
-  // takes row warp·16 + 4·step + g, lane sub = lane % 8 its chunks sub·kLaneChunks...
-  const int g = lane / 8, sub = lane % 8;
-#pragma unroll
-  for (int step = 0; step < 4; ++step) {
-    const int r = warp * 16 + step * 4 + g;
-    float x[kPer];
-#pragma unroll
-    for (int u = 0; u < kLaneChunks; ++u) {
-      uint4 w;
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                   : "r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)));
-      const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        x[u * 8 + 2 * i] = __low2float(v[i]);
-        x[u * 8 + 2 * i + 1] = __high2float(v[i]);
-      }
-    }
-    feature_map8<kPer, FM>(x);
-#pragma unroll
-    for (int u = 0; u < kLaneChunks; ++u) {
-      uint4 w;
-      uint32_t* wp = reinterpret_cast<uint32_t*>(&w);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
-        wp[i] = *reinterpret_cast<const uint32_t*>(&v);
-      }
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)),
-                   "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
-                   : "memory");
-    }
-  }
-  __syncwarp();
-
-  float acc[D / 8][4], den[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t a[4];
-    {
-      const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-      ldmatrix_x4(a, sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
-    }
-#pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-      uint32_t mb[4];
-      ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
-      mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
-      mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
-    }
-    mma_den<D>(den, a, den_cols, ks, lane);
-  }
+  float acc[D / 8][4], d0, d1;
+  phi_q_times_m<D, FM>(sq, sm, den_cols, warp, lane, acc, d0, d1);
 
   cp_async_wait<0>();
   __syncthreads();  // the o tile landed (every thread's copies)
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
-  float d0, d1;
-  den_rows(den, lane, d0, d1);
-  const float inv0 = 1.f / (d0 + 1e-5f), inv1 = 1.f / (d1 + 1e-5f);
+  const float inv0 = 1.f / d0, inv1 = 1.f / d1;
 #pragma unroll
   for (int t = 0; t < D / 8; ++t) {
     const int col = t * 8 + (lane & 3) * 2;
@@ -814,66 +853,10 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
     __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head + int64_t(q0) * p.os.token;
 
     // From here to the store: linear_apply_staged_kernel's tile, unchanged.
-    const int g = lane / 8, sub = lane % 8;
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      const int r = warp * 16 + step * 4 + g;
-      float x[kPer];
-#pragma unroll
-      for (int u = 0; u < kLaneChunks; ++u) {
-        uint4 w;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                     : "r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)));
-        const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          x[u * 8 + 2 * i] = __low2float(v[i]);
-          x[u * 8 + 2 * i + 1] = __high2float(v[i]);
-        }
-      }
-      feature_map8<kPer, FM>(x);
-#pragma unroll
-      for (int u = 0; u < kLaneChunks; ++u) {
-        uint4 w;
-        uint32_t* wp = reinterpret_cast<uint32_t*>(&w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const __nv_bfloat162 v = __floats2bfloat162_rn(x[u * 8 + 2 * i], x[u * 8 + 2 * i + 1]);
-          wp[i] = *reinterpret_cast<const uint32_t*>(&v);
-        }
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sq + swizzle<kChunks>(r, sub * kLaneChunks + u)),
-                     "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
-                     : "memory");
-      }
-    }
-    __syncwarp();
-
-    float acc[D / 8][4], den[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[4];
-      {
-        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(a, sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
-      }
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-        uint32_t mb[4];
-        ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
-        mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
-        mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
-      }
-      mma_den<D>(den, a, den_cols, ks, lane);
-    }
-
+    float acc[D / 8][4], d0, d1;
+    phi_q_times_m<D, FM>(sq, sm, den_cols, warp, lane, acc, d0, d1);
     const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
-    float d0, d1;
-    den_rows(den, lane, d0, d1);
-    const float inv0 = 1.f / (d0 + 1e-5f), inv1 = 1.f / (d1 + 1e-5f);
+    const float inv0 = 1.f / d0, inv1 = 1.f / d1;
 #pragma unroll
     for (int t = 0; t < D / 8; ++t) {
       const int col = t * 8 + (lane & 3) * 2;
