@@ -13,13 +13,9 @@
 // block-sparse at topk 0.05 / 0.1 / 0.2 with a random valid LUT (SageSLA's
 // blocks: 64x128 on sm_90a, 128x64 portable) on the self-attention shapes;
 // sparse TFLOP/s are dense-equivalent (the dense FLOP count / time).
-// The sm_90a variants are timed side by side in the same process:
-// sage_sm90 (default dense schedule, overlap), sage_sm90_plain,
-// sage_sm90_pingpong, sage_sm90_fastcvt, sage_sm90_pingpong_fastcvt,
-// sage_sm90_fastcvt_poly, sage_sm90_pingpong_fastcvt_poly, sage_sm90_lean,
-// sage_sm90_lean_fastcvt, sage_sm90_lean_fastcvt_poly, sage_sm90_lean_pingpong;
-// sparse 2-stage (default), *_stages3, *_stages3_fastcvt, *_stages3_fastcvt_poly,
-// *_lean, *_lean_stages3 and *_lean_fastcvt.
+// (The sm_90a schedule variants once timed side by side here, pingpong,
+// fastcvt, lean, stages3 and their combinations, were removed with their
+// kernels; their figures stay in docs/benchmarks.md.)
 //   bench_attention [name-filter-substring] [--no-flash] [--no-sparse]
 #include <cuda_bf16.h>
 #if TURBODIFF_HAVE_CUDNN

@@ -775,7 +775,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // still in acc_o then: the new unit's first fold has α = 0, m being
     // -inf, and only then overwrites it). So neither a unit's first Q·Kᵀ
     // nor its epilogue leaves this consumer's tensor-core chain empty.
-    // ptxas -v: no spills, no C7514 (wgmma serialization).
+    // ptxas -v (head_dim 128, the row-sum instance): no C7514 (wgmma
+    // serialization); the steady-state loop 1183 SASS instructions with 6
+    // spill stores and 6 loads per tile, as before the stream (1176, 6 / 6);
+    // the unit-boundary code spills more (224 / 424 bytes in all). The epilogue
+    // sits between the Q·Kᵀ and P̃·V issues, where acc_t is not yet in flight
+    // (64 live registers fewer than after the P̃·V issue; that placement was
+    // not measured).
     // Tried and dropped (figures in docs/benchmarks.md): issuing Q·Kᵀ of j+2
     // before the exp2 of j+1, after the fold of j (the fold then runs before
     // the exp phase; 3% slower on the H200); issuing it before the fold
