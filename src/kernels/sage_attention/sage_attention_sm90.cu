@@ -746,6 +746,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // P̃·V of tile j runs on the tensor cores while the row max of j+1
         // is computed; its wait and fold then run beside the exp2 of j+1.
+        // (The sparse stream's step_within below is the same sequence; one
+        // shared lambda changed the SASS of every instance, dense included,
+        // and was not measured, so the dense loop stays written out.)
         for (int j = g0; j < g_last; ++j) {
           issue_qk(j + 1, q_slot_of(k));
           issue_pv(j);

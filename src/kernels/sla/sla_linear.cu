@@ -25,7 +25,7 @@
 // FFMA + ex2.approx (feature_map8), Σφ(K) as φ(K)ᵀ·ones on the tensor cores
 // (one more mma per 16 tokens instead of a convert and an add per element and
 // a reduction over warps), and den as a ninth 8-column block of the φ(Q)·M mma
-// against Σφ(K) split into bf16 hi + lo columns (stage_den_columns / mma_den:
+// against Σφ(K) split into bf16 hi + lo columns (stage_den_columns / phi_q_times_m:
 // ~16 significant bits, fp32 accumulation) instead of a per-element FMA chain.
 // The K/V pass's sage statistics (kStats) from the same fragments: Σ raw K as
 // Kᵀ·ones before φ, max |V| over V's B fragments in bf16 pairs.
@@ -441,6 +441,22 @@ __global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
   for (int r = 0; r < kProjRows; ++r) p.ws.m[(bh * D + f0 + r) * D + c] = __float2bfloat16_rn(m[r]);
 }
 
+// acc += A · M[16·ks .. 16·ks + 15, :] for a warp's 16 rows: A the rows'
+// k-step ks in mma fragments, M (bf16 [D, D], swizzled) at sm.
+template <int D>
+__device__ __forceinline__ void mma_rows_times_m(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint32_t sm, int ks,
+                                                 int lane) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    uint32_t mb[4];
+    ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
+    mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
+    mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
+  }
+}
+
 template <int D>
 struct ApplyTraits {
   static constexpr int kQBytes = kApplyRows * D * 2;
@@ -499,14 +515,7 @@ __global__ void __launch_bounds__(kApplyThreads) linear_apply_kernel(const LinPa
       const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
       ldmatrix_x4(a, sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
     }
-#pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-      uint32_t mb[4];
-      ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
-      mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
-      mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
-    }
+    mma_rows_times_m<D>(acc, a, sm, ks, lane);
   }
 
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
@@ -573,20 +582,6 @@ __device__ __forceinline__ void stage_den_columns(uint32_t* dst, const float* ks
     dst[c2] = *reinterpret_cast<const uint32_t*>(&hi);
     dst[D / 2 + c2] = *reinterpret_cast<const uint32_t*>(&lo);
   }
-}
-// den += φ(Q)[16 rows, k-slice ks] · [hi lo 0 ...] for the warp's 16 rows (the
-// B fragment: lanes 0-3 column 0 = hi, lanes 4-7 column 1 = lo, others 0).
-template <int D>
-__device__ __forceinline__ void mma_den(float (&den)[4], const uint32_t (&a)[4], const uint32_t* cols, int ks, int lane) {
-  const int n = lane >> 2, k2 = ks * 8 + (lane & 3);  // pair index of features 16·ks + 2·(lane & 3)
-  const uint32_t* src = n == 0 ? cols : cols + D / 2;
-  const uint32_t b0 = n < 2 ? src[k2] : 0u, b1 = n < 2 ? src[k2 + 4] : 0u;
-  mma_bf16(den, a, b0, b1);
-}
-// The row sums of den for the fragment's rows lane / 4 and lane / 4 + 8, to every lane of the quad.
-__device__ __forceinline__ void den_rows(const float (&den)[4], int lane, float& d0, float& d1) {
-  d0 = __shfl_sync(0xffffffffu, den[0] + den[1], lane & ~3);
-  d1 = __shfl_sync(0xffffffffu, den[2] + den[3], lane & ~3);
 }
 
 // φ over one row held kPer = D/8 values per lane by 8 lanes (a lane group of a
@@ -688,14 +683,7 @@ __device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const ui
       const __nv_bfloat162 e = __floats2bfloat162_rn(phi(v.x, ml), phi(v.y, ml));
       a[r] = *reinterpret_cast<const uint32_t*>(&e);
     }
-#pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      const int f = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-      uint32_t mb[4];
-      ldmatrix_x4_trans(mb, sm + swizzle<kChunks>(f, dp * 2 + (lane >> 4)));
-      mma_bf16(acc[2 * dp], a, mb[0], mb[1]);
-      mma_bf16(acc[2 * dp + 1], a, mb[2], mb[3]);
-    }
+    mma_rows_times_m<D>(acc, a, sm, ks, lane);
     const int k2 = ks * 8 + (lane & 3);  // pair index of features 16·ks + 2·(lane & 3)
     const uint32_t b0 = n < 2 ? den_src[k2] : (FM == 0 && n == 2) ? kOnes : 0u;
     const uint32_t b1 = n < 2 ? den_src[k2 + 4] : (FM == 0 && n == 2) ? kOnes : 0u;
@@ -717,7 +705,7 @@ __device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const ui
 template <int D, int FM>
 __global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(const LinParams p) {
   using T = StagedApplyTraits<D>;
-  constexpr int kChunks = D / 8, kPer = D / 8, kLaneChunks = kPer / 8;  // 16-byte chunks per lane: 2 (D 128) or 1
+  constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sq = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t sm = sq + T::kQBytes;
@@ -808,7 +796,7 @@ template <int D, int FM>
 __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(const LinParams p, int64_t tiles_per_bh,
                                                                                 int64_t total_tiles) {
   using T = PersistApplyTraits<D>;
-  constexpr int kChunks = D / 8, kPer = D / 8, kLaneChunks = kPer / 8;
+  constexpr int kChunks = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sm = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t stage0 = sm + T::kMBytes;
