@@ -35,6 +35,13 @@
 //     `sagesla_prepass_direct`, `sagesla_fused_prepare_direct`,
 //     `sagesla_fused_kv_sage_prepare_direct`, `sagesla_fused_kv_total_direct`
 //     beside the keys without `_direct` (those pin the Default kernel).
+//   `sagesla_fused_chain`: what ops::sla runs (the Direct quantize pass, the
+//     projection after the sparse kernel, programmatic dependent launches;
+//     TURBODIFF_PDL=0 for plain launches); its pieces
+//     `sagesla_fused_kv_prepare_deferred` (the K/V pass and the statistics
+//     folds) and `sagesla_linear_project_apply` (projection + apply).
+//   BENCH_SLA_KEYS=sub1,sub2 times only keys containing one of the substrings,
+//     BENCH_SLA_TOPK=0.1 only that topk (A/B calls).
 //   The persistent linear apply (SlaLinearKernels::StagedPersist / TD_SLA_LINEAR=
 //     persist): `sagesla_linear_apply_persist` beside `sagesla_linear_apply_staged`,
 //     `sagesla_linear_prepare_persist` beside `sagesla_linear_prepare_staged`
@@ -48,6 +55,7 @@
 // JSON on stdout. `bench_sla [--quick | --large-only]` (--quick: the smaller shape only; --large-only: the larger).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -82,6 +90,22 @@ struct Shape {
 int reps_for(double once_ms) { return once_ms > 100 ? 5 : once_ms > 10 ? 15 : 40; }
 
 double once(const std::function<void(int)>& fn, cudaStream_t st) { return td::bench::time_cuda(fn, st, 1, 1).median_ms; }
+
+// BENCH_SLA_KEYS=a,b,...: time only the keys containing one of these
+// substrings (cuDNN always); BENCH_SLA_TOPK=x: only that topk. For A/B calls.
+bool key_wanted(const std::string& key) {
+  const char* env = std::getenv("BENCH_SLA_KEYS");
+  if (!env || !*env) return true;
+  const std::string list = env;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string part = list.substr(start, end - start);
+    if (!part.empty() && key.find(part) != std::string::npos) return true;
+    start = end + 1;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -143,6 +167,7 @@ int main(int argc, char** argv) {
     base["cudnn_error"] = "built without cuDNN";
 #endif
     for (double topk : {0.05, 0.1, 0.15, 0.2}) {
+      if (const char* only = std::getenv("BENCH_SLA_TOPK"); only && std::fabs(std::atof(only) - topk) > 1e-9) continue;
       nlohmann::json r = base;
       r["topk"] = topk;
       SlaProblem p;
@@ -160,6 +185,7 @@ int main(int argc, char** argv) {
       p.score_kernel = td::kernels::SlaScoreKernel::Simple;
       p.linear_kernels = td::kernels::SlaLinearKernels::Warp;
       auto record = [&](const std::string& key, const std::function<void(int)>& fn) {
+        if (!key_wanted(key)) return 0.0;
         fn(0);
         const cudaError_t e = cudaStreamSynchronize(stream);
         if (e != cudaSuccess) {
@@ -462,6 +488,27 @@ int main(int argc, char** argv) {
                   select();
                   attend();
                   td::kernels::sla_linear_apply_cuda(pstaged, q, o, lin_ws, lin_bytes, stream);
+                });
+                // ops::sla's chain: the projection deferred to after the sparse kernel, the
+                // launches programmatic dependents (pdl.cuh; TURBODIFF_PDL=0: plain launches).
+                td::kernels::SlaSageStats stats_deferred = stats;
+                stats_deferred.defer_projection = true;
+                record("sagesla_fused_kv_prepare_deferred", [&](int) {
+                  td::kernels::sla_linear_prepare_stats_cuda(pstaged, k, v, proj_w, proj_b, td::kernels::ElemType::F32,
+                                                             stats_deferred, lin_ws, lin_bytes, stream);
+                });
+                record("sagesla_linear_project_apply", [&](int) {
+                  td::kernels::sla_linear_project_apply_cuda(pstaged, q, o, proj_w, proj_b, td::kernels::ElemType::F32,
+                                                             lin_ws, lin_bytes, stream);
+                });
+                record("sagesla_fused_chain", [&](int) {
+                  td::kernels::sla_linear_prepare_stats_cuda(pstaged, k, v, proj_w, proj_b, td::kernels::ElemType::F32,
+                                                             stats_deferred, lin_ws, lin_bytes, stream);
+                  prepare(sums_given_d);
+                  select();
+                  attend();
+                  td::kernels::sla_linear_project_apply_cuda(pstaged, q, o, proj_w, proj_b, td::kernels::ElemType::F32,
+                                                             lin_ws, lin_bytes, stream);
                 });
                 // Both variants: Direct quantize pass + StagedPersist (kv_project_rows, persistent apply).
                 auto kv_prepare_p = [&] {

@@ -154,6 +154,7 @@ Tensor sagesla_fused(const kernels::SlaProblem& p, const Tensor& q, const Tensor
     stats.km = slots.km;
     stats.vscale = slots.vscale;
     stats.vinv = slots.vinv;
+    stats.defer_projection = true;  // sla_cuda runs it after the sparse kernel (sla_linear_project_apply_cuda)
     check(kernels::sla_linear_prepare_stats_cuda(p, k.raw_data(), v.raw_data(), proj_weight.raw_data(),
                                                  proj_bias.raw_data(), proj_type, stats, kv_stats_ws->raw_data(),
                                                  size_t(kv_stats_ws->numel()), stream),
@@ -308,9 +309,11 @@ Tensor sla_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   TD_CHECK(o.is_contiguous() && o.shape() == Shape({p.batch, p.len, p.heads, D}), Internal, kOp,
            ": the sage kernel returned ", o.desc(), ", expected a contiguous [B, L, H, D]");
   if (kv_stats) {
-    check(kernels::sla_linear_apply_cuda(p, q.raw_data(), o.raw_data(), lin_ws.raw_data(), size_t(lin_ws.numel()),
-                                         stream),
-          "linear branch (Q half)");
+    // The projection deferred by sagesla_fused, in the sparse kernel's tail, then the Q half.
+    check(kernels::sla_linear_project_apply_cuda(p, q.raw_data(), o.raw_data(), proj_weight.raw_data(),
+                                                 proj_bias.raw_data(), proj_type, lin_ws.raw_data(),
+                                                 size_t(lin_ws.numel()), stream),
+          "linear branch (projection and Q half)");
   } else if (overlap) {
     guard.aux = nullptr;
     check(kernels::sla_stream_wait(stream, join_aux, join_event->native()), "join");

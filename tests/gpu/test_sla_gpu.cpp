@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -42,6 +43,7 @@
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_random.h"
 #include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/sla.h"
 
 namespace td {
@@ -914,7 +916,10 @@ TEST(SlaGpu, FusedSelectionFromSageSumsMatchesTheReference) {
 // (INT8 Q / K with their scales, q·km, the FP16 V or the permuted e4m3 Vᵀ, the
 // padding rows, the statistics) and the block sums equal byte for byte, from
 // identically poisoned buffers (so a byte one kernel leaves unwritten and the
-// other writes shows up); two Direct runs equal each other (determinism); and
+// other writes shows up); two Direct runs equal each other (determinism), and
+// a third on a grid of 3 CTAs (TD_SAGE_QUANT_CTAS=3: every CTA of the
+// persistent kernel walks many blocks, through Q->Q, K->K, K->Q ... so the
+// barriers that guard the reused shared memory are exercised) equals them; and
 // attend on the Direct workspace equals sage_attention_cuda bit for bit (whose
 // quantization SageAttentionGpu* check against sage_attention_cpu). Awkward
 // lengths (77, 1000, 2113: partial 64-row blocks and 128 padding), D 64 / 128,
@@ -968,9 +973,15 @@ TEST(SlaGpu, SageQuantDirectEqualsDefaultBitForBit) {
                                         << (be == kernels::SageBackend::Sm90 ? " sm90" : " portable")
                                         << (with_sums ? " with sums" : " no sums"));
         std::vector<std::vector<uint8_t>> ws_out, sums_out;
-        const kernels::SageQuantKernel kinds[] = {kernels::SageQuantKernel::Default, kernels::SageQuantKernel::Direct,
-                                                  kernels::SageQuantKernel::Direct};
-        for (const auto kind : kinds) {
+        struct Run {
+          kernels::SageQuantKernel kind;
+          const char* ctas;  // TD_SAGE_QUANT_CTAS for the run, or none
+        };
+        const Run runs[] = {{kernels::SageQuantKernel::Default, nullptr},
+                            {kernels::SageQuantKernel::Direct, nullptr},
+                            {kernels::SageQuantKernel::Direct, nullptr},
+                            {kernels::SageQuantKernel::Direct, "3"}};
+        for (const Run& run : runs) {
           Tensor ws = device_buffer({int64_t(ws_bytes)}, DType::U8);
           Tensor sums = device_buffer({2, c.B * c.H, nb, c.D}, DType::F32);
           kernels::SagePoolSums ps;
@@ -978,11 +989,12 @@ TEST(SlaGpu, SageQuantDirectEqualsDefaultBitForBit) {
             ps.q_sum64 = sums.data<float>();
             ps.k_sum64 = sums.data<float>() + c.B * c.H * nb * c.D;
           }
-          ps.quant_kernel = kind;
-          ASSERT_EQ(kernels::sage_prepare_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(), spp, be, ps,
-                                               ws.raw_data(), ws_bytes, st),
-                    Status::Ok)
-              << kernels::attention_last_error();
+          ps.quant_kernel = run.kind;
+          if (run.ctas) setenv("TD_SAGE_QUANT_CTAS", run.ctas, 1);
+          const Status prepared = kernels::sage_prepare_cuda(ap, in.qd.raw_data(), in.kd.raw_data(), in.vd.raw_data(),
+                                                             spp, be, ps, ws.raw_data(), ws_bytes, st);
+          if (run.ctas) unsetenv("TD_SAGE_QUANT_CTAS");
+          ASSERT_EQ(prepared, Status::Ok) << kernels::attention_last_error();
           ws_out.push_back(download<uint8_t>(ws));
           const Tensor sh = sums.to(Device::cpu());
           const auto* sb = static_cast<const uint8_t*>(sh.raw_data());
@@ -1172,6 +1184,78 @@ TEST(SlaGpu, LinearPrepareWithSageStatsMatchesTheSagePrepass) {
     const Tensor h1 = o1.to(Device::cpu()), h2 = o2.to(Device::cpu());
     EXPECT_EQ(std::memcmp(h1.raw_data(), h2.raw_data(), size_t(h1.numel()) * 2), 0)
         << "the K/V pass with statistics changed the linear branch";
+  }
+}
+
+// SageSLA's fused chain defers the projection (SlaSageStats::defer_projection)
+// and runs it, then the apply, as programmatic dependents after the sparse
+// kernel (sla_linear_project_apply_cuda, pdl.cuh). Against prepare with the
+// statistics + apply in plain order: the same sage statistics, the same linear
+// workspace byte for byte from identically poisoned buffers, the same o bit for
+// bit, twice (determinism); bf16 and f32 proj_l; before the chained tail a
+// kernel rewrites o (the sparse kernel's place), so an apply that read o before
+// its wait would show.
+TEST(SlaGpu, DeferredProjectionChainEqualsPrepareThenApply) {
+  TD_REQUIRE_GPU();
+  struct Case {
+    int64_t B, L, H, D;
+    bool bhld;
+    bool bf16_proj;
+  };
+  for (const Case& c : {Case{1, 2113, 3, 128, true, false}, Case{2, 1000, 2, 64, false, true},
+                        Case{1, 77, 2, 128, false, false}, Case{1, 32760, 2, 128, false, true}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D
+                                    << (c.bf16_proj ? " bf16 proj_l" : " f32 proj_l"));
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 64, 128);
+    pd.linear_kernels = kernels::SlaLinearKernels::Staged;
+    const DType wt = c.bf16_proj ? DType::BF16 : DType::F32;
+    const kernels::ElemType et = c.bf16_proj ? kernels::ElemType::BF16 : kernels::ElemType::F32;
+    const Tensor w = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f).to(wt).to(Device::cuda(0));
+    const Tensor bias = test::randn_tensor({c.D}, DType::F32, 0.1f).to(wt).to(Device::cuda(0));
+    const Tensor o0 = test::randn_tensor({c.B, c.L, c.H, c.D}, DType::BF16).to(Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    void* st = cuda::current_stream();
+    const int64_t n = c.B * c.H * c.D;
+    std::vector<std::vector<uint8_t>> wss, sts;
+    std::vector<std::vector<uint16_t>> outs;
+    for (int run = 0; run < 3; ++run) {  // 0: plain order; 1, 2: the deferred chain
+      const bool deferred = run > 0;
+      Tensor ws = device_buffer({int64_t(ws_bytes)}, DType::U8);
+      Tensor stt = device_buffer({3, n}, DType::F32);
+      kernels::SlaSageStats stats;
+      stats.km = stt.data<float>();
+      stats.vscale = stt.data<float>() + n;
+      stats.vinv = stt.data<float>() + 2 * n;
+      stats.defer_projection = deferred;
+      Tensor o = Tensor::zeros({c.B, c.L, c.H, c.D}, DType::BF16, Device::cuda(0));
+      ASSERT_EQ(kernels::sla_linear_prepare_stats_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                                       bias.raw_data(), et, stats, ws.raw_data(), ws_bytes, st),
+                Status::Ok)
+          << kernels::sla_last_error();
+      // o = o0 by a kernel right before the tail (o + o0 with o = 0: the same bits as o0).
+      o = ops::add(o, o0);
+      if (deferred) {
+        ASSERT_EQ(kernels::sla_linear_project_apply_cuda(pd, in.qd.raw_data(), o.raw_data(), w.raw_data(),
+                                                         bias.raw_data(), et, ws.raw_data(), ws_bytes, st),
+                  Status::Ok)
+            << kernels::sla_last_error();
+      } else {
+        ASSERT_EQ(kernels::sla_linear_apply_cuda(pd, in.qd.raw_data(), o.raw_data(), ws.raw_data(), ws_bytes, st),
+                  Status::Ok)
+            << kernels::sla_last_error();
+      }
+      wss.push_back(download<uint8_t>(ws));
+      sts.push_back(download<uint8_t>(stt));
+      outs.push_back(download<uint16_t>(o));
+    }
+    for (int run = 1; run < 3; ++run) {
+      size_t first = 0;
+      while (first < wss[0].size() && wss[0][first] == wss[size_t(run)][first]) ++first;
+      EXPECT_EQ(first, wss[0].size()) << "run " << run << ": the linear workspace differs from byte " << first;
+      EXPECT_TRUE(sts[0] == sts[size_t(run)]) << "run " << run << ": the sage statistics differ";
+      EXPECT_TRUE(outs[0] == outs[size_t(run)]) << "run " << run << ": o differs";
+    }
   }
 }
 

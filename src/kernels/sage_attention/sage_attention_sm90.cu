@@ -38,6 +38,7 @@
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
 #include "kernels/sage_attention/sage_attention_internal.h"
+#include "kernels/pdl.cuh"
 
 namespace td::kernels::sage {
 namespace {
@@ -241,6 +242,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(tma_v.get_tma_descriptor());
   }
   __syncthreads();
+  // Launched as a programmatic dependent (pdl.cuh): the set-up above ran
+  // beside the previous kernel's tail; everything below reads its outputs.
+  pdl_wait();
+  pdl_launch_dependents();
 
   Tensor sQ = make_tensor(make_smem_ptr(sh.q), typename C::SmemQ{});
   Tensor sK = make_tensor(make_smem_ptr(sh.k), typename C::SmemK{});
@@ -391,7 +396,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       s.qs_lo = __ldg(p.qscale + row_lo);
       s.qs_hi = __ldg(p.qscale + row_lo + 8);
       s.vs = tid < D ? __ldg(p.vscale + int64_t(bh) * D + tid) : 0.f;
-      s.qkm = p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
+      // kTcSum runs only without an LSE (run_d): no LSE correction to carry
+      // (fewer live registers across the unit boundary, where the stream spills).
+      s.qkm = !kTcSum && p.lse != nullptr && tid < kBQ ? __ldg(p.qkm + int64_t(bh) * p.lq_pad + q0 + tid) : 0.f;
       return s;
     };
 
@@ -705,7 +712,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<__nv_bfloat162*>(og + int64_t(row) * p.os.token + col) =
             __floats2bfloat162_rn(acc_o(i) * inv * vs.x, acc_o(i + 1) * inv * vs.y);
       }
-      if (p.lse != nullptr && tq == 0) {
+      if (!kTcSum && p.lse != nullptr && tq == 0) {
         // P̃ = 448·2^(s - m): log2 Σ 2^s = m + log2 l - log2 448.
         constexpr float kLn2 = 0.69314718055994531f;
         float* lse = p.lse + int64_t(bh) * p.len_q;
@@ -946,8 +953,9 @@ Status launch(const AttnParams& ap, const AttnProblem& pr, cudaStream_t stream) 
     if (const char* cap = std::getenv("TURBODIFF_SAGE_SM90_CTAS"); cap && std::atoi(cap) > 0)
       ctas = std::min<int64_t>(ctas, std::atoi(cap));
   }
-  kernel<<<unsigned(ctas), kThreads, smem, stream>>>(ap, tma_q, tma_k, tma_v, BH);
-  e = cudaGetLastError();
+  e = launch_pdl(true, kernel, dim3(unsigned(ctas)), dim3(kThreads), size_t(smem), stream, ap, tma_q, tma_k, tma_v, BH);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  else cudaGetLastError();
   if (e != cudaSuccess)
     return detail::attn_fail(Status::LaunchFailed, std::string("sage_attention (sm90): launch failed: ") + cudaGetErrorString(e));
   return Status::Ok;

@@ -196,6 +196,11 @@ struct SlaSageStats {
   float* km = nullptr;
   float* vscale = nullptr;
   float* vinv = nullptr;
+  // SageSLA's fused chain: sla_linear_prepare_stats_cuda runs the K/V pass and
+  // the statistics only; the projection (M, Σφ(K), the bias) runs later, in
+  // sla_linear_project_apply_cuda, after the block-sparse kernel (whose last
+  // wave leaves SMs idle for it).
+  bool defer_projection = false;
 };
 // sla_linear_prepare_cuda with the Staged kernels (StagedPersist's kv_project
 // when p.linear_kernels or TD_SLA_LINEAR asks for it) that also writes `stats`: Σ K and max |V| per chunk from the K/V tiles
@@ -204,6 +209,17 @@ struct SlaSageStats {
 Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const void* v, const void* proj_weight,
                                      const void* proj_bias, ElemType proj_type, const SlaSageStats& stats,
                                      void* workspace, size_t workspace_bytes, void* stream);
+// The linear branch's rest after sla_linear_prepare_stats_cuda with
+// stats.defer_projection, on the stream of SageSLA's fused chain right after
+// the block-sparse kernel that wrote o: the projection (kv_project's M rows,
+// Σφ(K), the bias), then o += proj_l(o_l) as sla_linear_apply_cuda. Both are
+// launched as programmatic dependents (pdl.cuh): the projection runs in the
+// sparse kernel's tail, the apply loads Q before its wait, so Q must not be
+// written by the kernels of the chain. The same bits as prepare (without the
+// deferral) + apply.
+Status sla_linear_project_apply_cuda(const SlaProblem& p, const void* q, void* o, const void* proj_weight,
+                                     const void* proj_bias, ElemType proj_type, void* workspace,
+                                     size_t workspace_bytes, void* stream);
 // `waiting` waits for the work queued on `source` so far (cudaEvent_t `event`
 // recorded on source, then cudaStreamWaitEvent): the fork and the join of the
 // linear branch's K/V half on a second stream (sla_layer.cu).

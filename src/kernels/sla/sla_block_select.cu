@@ -35,6 +35,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/pdl.cuh"
 #include "kernels/sla/sla.h"
 
 namespace td::kernels {
@@ -247,6 +248,8 @@ struct TiledScoreParams {
 // from-sums score 34.6 us, 20% achieved occupancy, before).
 template <bool kFromSums>
 __global__ void __launch_bounds__(kTiledThreads, 3) score_tiled_kernel(const TiledScoreParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
   __shared__ __align__(16) float qs[kTiledC][kTiledStride];
   __shared__ __align__(16) float ks[kTiledC][kTiledStride];
   const int i0 = blockIdx.x * kTiledQ, j0 = blockIdx.y * kTiledK;
@@ -352,6 +355,8 @@ __device__ __forceinline__ uint32_t ordered_bits(float s) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
   extern __shared__ unsigned long long keys[];
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x;
@@ -408,6 +413,8 @@ __device__ __forceinline__ unsigned warp_inclusive_sum(unsigned v, int lane) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_radix_kernel(const TopkParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
   extern __shared__ unsigned long long keys[];  // [kblocks], then sel[n_sel]
   __shared__ unsigned hist[256];
   __shared__ unsigned long long s_prefix;
@@ -486,6 +493,13 @@ Status launch_error(const char* what) {
   return detail::sla_fail(Status::LaunchFailed, std::string("sla_block_select_cuda: ") + what +
                                                     " launch failed: " + cudaGetErrorString(e));
 }
+// The same for a launch that returned its error (launch_pdl).
+Status launch_error(cudaError_t launched, const char* what) {
+  if (launched == cudaSuccess) return launch_error(what);
+  cudaGetLastError();
+  return detail::sla_fail(Status::LaunchFailed, std::string("sla_block_select_cuda: ") + what +
+                                                    " launch failed: " + cudaGetErrorString(launched));
+}
 
 // The checks both entry points share (sizes the kernels' int indices and grid
 // dimensions hold, the workspace).
@@ -540,6 +554,8 @@ constexpr int kTopkWarpMaxSel = 640;  // 8 warps x n_sel x 8 B of selected keys 
 
 template <int KPL>
 __global__ void __launch_bounds__(kTopkWarpRows * 32) topk_radix_warp_kernel(const TopkParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
   extern __shared__ unsigned long long wsel[];  // [kTopkWarpRows][n_sel]
   __shared__ __align__(16) unsigned whist[kTopkWarpRows][256];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -648,8 +664,9 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
     const size_t smem = size_t(kTopkWarpRows) * size_t(tp.n_sel) * 8;
     auto go = [&](auto kpl) -> Status {
       constexpr int kKPL = decltype(kpl)::value;
-      topk_radix_warp_kernel<kKPL><<<grid, kTopkWarpRows * 32, smem, st>>>(tp);
-      return launch_error("topk_radix_warp");
+      return launch_error(
+          launch_pdl(true, topk_radix_warp_kernel<kKPL>, dim3(grid), dim3(kTopkWarpRows * 32), smem, st, tp),
+          "topk_radix_warp");
     };
     if (KB <= 64) return go(std::integral_constant<int, 2>{});
     if (KB <= 128) return go(std::integral_constant<int, 4>{});
@@ -668,8 +685,9 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
                                                  std::to_string(smem) + " bytes of shared memory: " +
                                                  cudaGetErrorString(e));
     }
-    topk_radix_kernel<<<dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)), kTopkThreads, smem, st>>>(tp);
-    return launch_error("topk_radix");
+    return launch_error(launch_pdl(true, topk_radix_kernel, dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)),
+                                   dim3(kTopkThreads), smem, st, tp),
+                        "topk_radix");
   }
   const size_t smem = size_t(sort_size) * 8;
   if (smem > 48 * 1024) {
@@ -679,8 +697,9 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
                                                std::to_string(smem) + " bytes of shared memory: " +
                                                cudaGetErrorString(e));
   }
-  topk_kernel<<<dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)), kTopkThreads, smem, st>>>(tp);
-  return launch_error("topk");
+  return launch_error(launch_pdl(true, topk_kernel, dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)),
+                                 dim3(kTopkThreads), smem, st, tp),
+                      "topk");
 }
 
 }  // namespace
@@ -816,10 +835,11 @@ Status sla_block_select_from_sums_cuda(const SlaProblem& p, const float* q_sum64
   tsp.k_sub = int(p.block_k / 64);
   tsp.q_sub_stride = q_sub_stride;
   tsp.k_sub_stride = k_sub_stride;
-  score_tiled_kernel<true><<<dim3(unsigned((QB + kTiledQ - 1) / kTiledQ), unsigned((KB + kTiledK - 1) / kTiledK),
-                                  unsigned(bh)),
-                             kTiledThreads, 0, st>>>(tsp);
-  if (Status s = launch_error("score_tiled (from sums)"); s != Status::Ok) return s;
+  const dim3 score_grid(unsigned((QB + kTiledQ - 1) / kTiledQ), unsigned((KB + kTiledK - 1) / kTiledK), unsigned(bh));
+  if (Status s = launch_error(launch_pdl(true, score_tiled_kernel<true>, score_grid, dim3(kTiledThreads), 0, st, tsp),
+                              "score_tiled (from sums)");
+      s != Status::Ok)
+    return s;
   return launch_topk(p, scores, block_map, lut, st);
 }
 

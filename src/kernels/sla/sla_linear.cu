@@ -45,6 +45,7 @@
 #include <string>
 
 #include "kernels/sla/sla.h"
+#include "kernels/pdl.cuh"
 #include "kernels/sla/sla_device.cuh"
 
 namespace td::kernels {
@@ -344,14 +345,15 @@ constexpr int kFoldBatch = 16;
 constexpr int kProjRows = 4, kProjChunkBatch = 16;
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) & 31; }
 constexpr int proj_fold_ctas(bool stats) { return stats ? 3 : 1; }
-template <int D, typename WT, bool kStats = false>
-__global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
+// Role r of head-batch blockIdx.y: the rows 4r .. 4r + 3 of M, or fold r - D / 4.
+template <int D, typename WT, bool kStats>
+__device__ __forceinline__ void kv_project_role(const LinParams& p, int role) {
   __shared__ float rows[kProjRows][D];
   const int c = threadIdx.x;
   const int64_t bh = blockIdx.y;
   constexpr int kRowCtas = D / kProjRows;
-  if (int(blockIdx.x) >= kRowCtas) {  // a fold CTA: one fold per CTA, thread c = channel c
-    const int fold = int(blockIdx.x) - kRowCtas;
+  if (role >= kRowCtas) {  // a fold CTA: one fold per CTA, thread c = channel c
+    const int fold = role - kRowCtas;
     if (fold == 0) {
       const float* pk = p.ws.part_ks + bh * p.n_chunks * D + c;
       float ks = 0.f;
@@ -376,7 +378,7 @@ __global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
     }
     return;
   }
-  const int f0 = int(blockIdx.x) * kProjRows;
+  const int f0 = role * kProjRows;
   const float* part = p.ws.part + bh * p.n_chunks * D * D + int64_t(f0) * D + c;
   float s[kProjRows];
 #pragma unroll
@@ -439,6 +441,21 @@ __global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p) {
   }
 #pragma unroll
   for (int r = 0; r < kProjRows; ++r) p.ws.m[(bh * D + f0 + r) * D + c] = __float2bfloat16_rn(m[r]);
+}
+
+// CTA x runs role role0 + x: all roles in one launch, or a subset (SageSLA's
+// fused path runs the statistics folds right after the K/V pass and the M
+// rows with Σφ(K) after the block-sparse kernel, in the SMs its last wave
+// leaves idle: ProjectRoles). late_wait: the kernel before this one in the
+// stream wrote nothing this one reads (the partials come from an earlier
+// one), so it works first and waits at the end (pdl.cuh's rules); it lets its
+// dependent (the apply, which waits for it before reading M) launch at once.
+template <int D, typename WT, bool kStats = false>
+__global__ void __launch_bounds__(D) kv_project_rows_kernel(const LinParams p, int role0, bool late_wait) {
+  if (!late_wait) pdl_wait();
+  pdl_launch_dependents();
+  kv_project_role<D, WT, kStats>(p, role0 + int(blockIdx.x));
+  if (late_wait) pdl_wait();
 }
 
 // acc += A · M[16·ks .. 16·ks + 15, :] for a warp's 16 rows: A the rows'
@@ -718,8 +735,13 @@ __global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(c
   const int valid = p.len - q0;
   __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head + int64_t(q0) * p.os.token;
 
+  // Q is the layer's input, written before SageSLA's launch chain began: it
+  // loads before the wait (pdl.cuh), beside the tail of the kernel before
+  // this one; M, Σφ(K), the bias and o come from the chain.
   load_tile<D, kApplyRows, kApplyThreads>(
       sq, p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + int64_t(q0) * p.qs.token, p.qs.token, valid, tid);
+  pdl_wait();
+  pdl_launch_dependents();
   load_tile<D, D, kApplyThreads>(sm, p.ws.m + bh * D * D, D, D, tid);
   cp_async_commit();
   load_tile<D, kApplyRows, kApplyThreads>(so, og, p.os.token, valid, tid);
@@ -797,6 +819,8 @@ __global__ void __launch_bounds__(kApplyThreads, 1) linear_apply_persist_kernel(
                                                                                 int64_t total_tiles) {
   using T = PersistApplyTraits<D>;
   constexpr int kChunks = D / 8;
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sm = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t stage0 = sm + T::kMBytes;
@@ -918,6 +942,9 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
   const int n_tiles = (t_end - t_begin + kTile - 1) / kTile;
   const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head;
   const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
+  // Launched plainly (the first kernel of SageSLA's chain); lets the next one launch early.
+  pdl_wait();
+  pdl_launch_dependents();
 
   auto stage_of = [&](int j) { return s0 + uint32_t(j % T::kStages) * 2 * T::kTileBytes; };
   auto issue = [&](int j) {
@@ -1070,8 +1097,22 @@ Status launch_error(const char* what) {
   return detail::sla_fail(Status::LaunchFailed,
                           std::string("sla_linear_add_cuda: ") + what + " launch failed: " + cudaGetErrorString(e));
 }
+// The same for a launch that returned its error (launch_pdl).
+Status launch_error(cudaError_t launched, const char* what) {
+  if (launched == cudaSuccess) return launch_error(what);
+  cudaGetLastError();
+  return detail::sla_fail(Status::LaunchFailed, std::string("sla_linear_add_cuda: ") + what +
+                                                    " launch failed: " + cudaGetErrorString(launched));
+}
 
-constexpr int kPhasePrepare = 1, kPhaseApply = 2;  // kv_partial + kv_project; linear_apply
+// What a linear_impl call launches. kPhasePrepare: kv_partial + kv_project
+// (all roles); kPhaseApply: linear_apply. SageSLA's fused chain splits the
+// projection (ProjectRoles): kPhasePartialStatsFolds (kv_partial with the sage
+// statistics + the two statistics folds the quantize pass needs next), then,
+// after the block-sparse kernel, kPhaseChainTail (kv_project's M rows and
+// Σφ(K) with a late wait, then the apply with Q loaded before its wait; both
+// launched as programmatic dependents, pdl.cuh).
+constexpr int kPhasePrepare = 1, kPhaseApply = 2, kPhasePartialStatsFolds = 4, kPhaseChainTail = 8;
 
 // SlaLinearKernels::Auto -> Staged (read per call, for A/B runs): 0.38 vs
 // 0.54 ms for the whole linear branch at 1x12x32760 and 2.04 vs 3.33 ms at
@@ -1098,6 +1139,43 @@ bool use_persist_apply(const SlaProblem& p) {
 template <int D, int FM>
 Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
   const bool with_stats = p.stats.km != nullptr;
+  if (phases & kPhasePartialStatsFolds) {  // with_stats (linear_impl checks)
+    auto kernel = kv_partial_staged_kernel<D, FM, true>;
+    constexpr int smem = StagedKvTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_prepare_stats_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    kernel<<<dim3(unsigned(p.n_chunks), unsigned(sp.heads), unsigned(sp.batch)), StagedKvTraits<D>::kThreads, smem,
+             st>>>(p);
+    if (Status s = launch_error("kv_partial_staged"); s != Status::Ok) return s;
+    // The statistics folds only (roles D / kProjRows + 1 and + 2).
+    const dim3 grid(unsigned(proj_fold_ctas(true) - proj_fold_ctas(false)), unsigned(sp.batch * sp.heads));
+    constexpr int role0 = D / kProjRows + proj_fold_ctas(false);
+    const cudaError_t e =
+        proj_type == ElemType::F32
+            ? launch_pdl(true, kv_project_rows_kernel<D, float, true>, grid, dim3(D), 0, st, p, role0, false)
+            : launch_pdl(true, kv_project_rows_kernel<D, __nv_bfloat16, true>, grid, dim3(D), 0, st, p, role0, false);
+    return launch_error(e, "kv_project_rows (statistics folds)");
+  }
+  if (phases & kPhaseChainTail) {
+    // M rows, Σφ(K) and the bias (the instance without the statistics folds:
+    // the same code for these roles), working before their wait.
+    const dim3 grid(unsigned(D / kProjRows + proj_fold_ctas(false)), unsigned(sp.batch * sp.heads));
+    const cudaError_t e =
+        proj_type == ElemType::F32
+            ? launch_pdl(true, kv_project_rows_kernel<D, float>, grid, dim3(D), 0, st, p, 0, true)
+            : launch_pdl(true, kv_project_rows_kernel<D, __nv_bfloat16>, grid, dim3(D), 0, st, p, 0, true);
+    if (Status s = launch_error(e, "kv_project_rows (after the sparse kernel)"); s != Status::Ok) return s;
+    auto kernel = linear_apply_staged_kernel<D, FM>;
+    constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
+                                                       std::to_string(smem) + " bytes");
+    const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
+    return launch_error(
+        launch_pdl(true, kernel, dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)), dim3(kApplyThreads), smem, st, p),
+        "linear_apply_staged (chained)");
+  }
   if ((phases & kPhasePrepare) && (use_staged_linear(sp) || with_stats)) {
     auto kernel = with_stats ? kv_partial_staged_kernel<D, FM, true> : kv_partial_staged_kernel<D, FM>;
     constexpr int smem = StagedKvTraits<D>::kSmemBytes;
@@ -1126,13 +1204,13 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     const dim3 pgrid(unsigned(D / kProjRows + proj_fold_ctas(false)), bhs);
     if (with_stats) {
       if (proj_type == ElemType::F32)
-        kv_project_rows_kernel<D, float, true><<<pgrid_stats, D, 0, st>>>(p);
+        kv_project_rows_kernel<D, float, true><<<pgrid_stats, D, 0, st>>>(p, 0, false);
       else
-        kv_project_rows_kernel<D, __nv_bfloat16, true><<<pgrid_stats, D, 0, st>>>(p);
+        kv_project_rows_kernel<D, __nv_bfloat16, true><<<pgrid_stats, D, 0, st>>>(p, 0, false);
     } else if (proj_type == ElemType::F32) {
-      kv_project_rows_kernel<D, float><<<pgrid, D, 0, st>>>(p);
+      kv_project_rows_kernel<D, float><<<pgrid, D, 0, st>>>(p, 0, false);
     } else {
-      kv_project_rows_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p);
+      kv_project_rows_kernel<D, __nv_bfloat16><<<pgrid, D, 0, st>>>(p, 0, false);
     }
     if (Status s = launch_error("kv_project_rows"); s != Status::Ok) return s;
   }
@@ -1202,9 +1280,13 @@ Status linear_impl(const SlaProblem& p, const void* q, const void* k, const void
                     "sla_linear_add_cuda: head_dim must be 64 or 128, got " + std::to_string(p.head_dim));
   if (proj_type != ElemType::F32 && proj_type != ElemType::BF16)
     return sla_fail(Status::Unsupported, "sla_linear_add_cuda: proj_l must be f32 or bf16");
-  if ((phases & kPhasePrepare) && (!k || !v || !proj_weight || !proj_bias))
+  if ((phases & (kPhasePrepare | kPhasePartialStatsFolds)) && (!k || !v || !proj_weight || !proj_bias))
     return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: null K, V or proj_l pointer");
-  if ((phases & kPhaseApply) && (!q || !o))
+  if ((phases & kPhaseChainTail) && (!proj_weight || !proj_bias))
+    return sla_fail(Status::InvalidArgument, "sla_linear_project_apply_cuda: null proj_l pointer");
+  if ((phases & kPhasePartialStatsFolds) && !stats.km)
+    return sla_fail(Status::InvalidArgument, "sla_linear_prepare_stats_cuda: null statistics pointer");
+  if ((phases & (kPhaseApply | kPhaseChainTail)) && (!q || !o))
     return sla_fail(Status::InvalidArgument, "sla_linear_add_cuda: null Q or O pointer");
   if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
     return sla_fail(Status::Unsupported, "sla_linear_add_cuda: Q, K, V and O must be 16-byte aligned");
@@ -1265,7 +1347,14 @@ Status sla_linear_prepare_stats_cuda(const SlaProblem& p, const void* k, const v
   // Staged's kv_partial either way (kv_project_rows follows in both).
   ps.linear_kernels = use_persist_apply(p) ? SlaLinearKernels::StagedPersist : SlaLinearKernels::Staged;
   return linear_impl(ps, nullptr, k, v, proj_weight, proj_bias, proj_type, nullptr, workspace, workspace_bytes, stream,
-                     kPhasePrepare, stats);
+                     stats.defer_projection ? kPhasePartialStatsFolds : kPhasePrepare, stats);
+}
+
+Status sla_linear_project_apply_cuda(const SlaProblem& p, const void* q, void* o, const void* proj_weight,
+                                     const void* proj_bias, ElemType proj_type, void* workspace,
+                                     size_t workspace_bytes, void* stream) {
+  return linear_impl(p, q, nullptr, nullptr, proj_weight, proj_bias, proj_type, o, workspace, workspace_bytes, stream,
+                     kPhaseChainTail);
 }
 
 Status sla_linear_apply_cuda(const SlaProblem& p, const void* q, void* o, void* workspace, size_t workspace_bytes,
