@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
     base["cudnn_error"] = "built without cuDNN";
 #endif
     for (double topk : {0.05, 0.1, 0.15, 0.2}) {
-      if (const char* only = std::getenv("BENCH_SLA_TOPK"); only && std::fabs(std::atof(only) - topk) > 1e-9) continue;
+      if (const char* only = std::getenv("BENCH_SLA_TOPK"); only && *only && std::fabs(std::atof(only) - topk) > 1e-9)
+        continue;
       nlohmann::json r = base;
       r["topk"] = topk;
       SlaProblem p;

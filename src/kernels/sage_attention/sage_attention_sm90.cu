@@ -409,20 +409,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     auto stage_of = [&](int g) { return pipe * kStages + g % kStages; };
     auto phase_of = [&](int g) { return uint32_t((g / kStages) & 1); };
+    // A tile's place in the stage ring: its stage (among all pipes') and the
+    // phase of that stage's barriers. The sparse stream advances it tile by
+    // tile (ring_next) instead of dividing the tile index by kStages (3) twice
+    // per tile on the way to the first Q·Kᵀ issue.
+    struct Ring {
+      int stage;
+      uint32_t phase;
+    };
+    auto ring_of = [&](int g) { return Ring{stage_of(g), phase_of(g)}; };
+    auto ring_next = [&](Ring r) {
+      return r.stage + 1 == (pipe + 1) * kStages ? Ring{pipe * kStages, r.phase ^ 1u} : Ring{r.stage + 1, r.phase};
+    };
 
     // The meta (K scales, tile) of the tile whose Q·Kᵀ was issued last, read
     // from shared memory right after its full barrier, used by its softmax.
     float4 meta_next = make_float4(0.f, 0.f, 0.f, 0.f);
     // S = Q·Kᵀ of the j-th tile into acc_s with the Q of slot q_slot (issued, not waited for).
-    auto issue_qk = [&](int j, int q_slot) {
-      cutlass::arch::ClusterTransactionBarrier::wait(&sh.full[stage_of(j)], phase_of(j));
-      meta_next = ld_shared_f4(&ms.meta[stage_of(j)]);
+    auto issue_qk = [&](Ring r, int q_slot) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&sh.full[r.stage], r.phase);
+      meta_next = ld_shared_f4(&ms.meta[r.stage]);
       warpgroup_fence_operand(acc_s);
       warpgroup_arrive();
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
-        cute::gemm(mma_qk, tSrQ(_, _, kk, q_slot), tSrK(_, _, kk, stage_of(j)), acc_s);
+        cute::gemm(mma_qk, tSrQ(_, _, kk, q_slot), tSrK(_, _, kk, r.stage), acc_s);
         mma_qk.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
@@ -606,13 +618,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     // O_tmp = P̃·V of tile j into a fresh buffer (issued, not waited for).
-    auto issue_pv = [&](int j) {
+    auto issue_pv = [&](Ring r) {
       warpgroup_fence_operand(acc_t);
       warpgroup_arrive();
       mma_pv.accumulate_ = GMMA::ScaleOut::Zero;
       CUTE_UNROLL
       for (int kk = 0; kk < size<2>(tOrP); ++kk) {
-        cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, stage_of(j)), acc_t);
+        cute::gemm(mma_pv, tOrP(_, _, kk), tOrV(_, _, kk, r.stage), acc_t);
         mma_pv.accumulate_ = GMMA::ScaleOut::One;
       }
       if constexpr (kTcSum) {
@@ -631,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     // After P̃·V of tile j completed: the second accumulation level,
     // O = O·α + O_tmp in fp32 on the CUDA cores; K and V of tile j are released.
-    auto finish_tile = [&](int j, float a_lo, float a_hi) {
+    auto finish_tile = [&](Ring r, float a_lo, float a_hi) {
       warpgroup_fence_operand(acc_t);
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o); ++i) acc_o(i) = fmaf(acc_o(i), (i & 2) ? a_hi : a_lo, acc_t(i));
@@ -641,7 +653,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         l_hi = fmaf(l_hi, a_hi, acc_l(2));
       }
       __syncwarp();
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[stage_of(j)]);
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&sh.empty[r.stage]);
     };
 
     // Phase 2 of the softmax of the tile in acc_s (row_max done, P̃·V of the
@@ -649,23 +661,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     // fp32 (a partial tile's masked columns at -inf and its scale applied
     // here, c = 1), exp2 and sums, P̃ packed straight into the wgmma operand
     // registers (no P̃·V is in flight by then).
-    auto exp_phase = [&](int j_prev, bool fold_prev, TileScale c, int valid, float mx_lo, float mx_hi, float& alpha_lo,
+    auto exp_phase = [&](Ring r_prev, bool fold_prev, TileScale c, int valid, float mx_lo, float mx_hi, float& alpha_lo,
                          float& alpha_hi) {
       if constexpr (kSoftmax == 0) {  // scores already in sf
-        if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
+        if (fold_prev) finish_tile(r_prev, alpha_lo, alpha_hi);
         exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
         pack_to(preg);
         return;
       }
       if (valid >= kBK) {
-        if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
+        if (fold_prev) finish_tile(r_prev, alpha_lo, alpha_hi);
         CUTE_UNROLL
         for (int i = 0; i < kBK / 2; ++i) sf[i] = float(acc_s(i));
         exp_and_sum(c, mx_lo, mx_hi, alpha_lo, alpha_hi);
         pack_to(preg);
         return;
       }
-      if (fold_prev) finish_tile(j_prev, alpha_lo, alpha_hi);
+      if (fold_prev) finish_tile(r_prev, alpha_lo, alpha_hi);
       partial_scores(c, valid);
       exp_and_sum(TileScale{1.f, 1.f, 1.f, 1.f}, mx_lo, mx_hi, alpha_lo, alpha_hi);
       pack_to(preg);
@@ -740,7 +752,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         tiles_done += n_ktiles;
         const int g_last = tiles_done - 1;
         float alpha_lo, alpha_hi;
-        issue_qk(g0, q_slot_of(k));
+        issue_qk(ring_of(g0), q_slot_of(k));
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
         if (g0 == g_last) release_q(k);
@@ -749,7 +761,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           int valid;
           float mx_lo, mx_hi;
           max_phase(meta_next, tc, valid, mx_lo, mx_hi);
-          exp_phase(g0, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+          exp_phase(ring_of(g0), false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
         }
         // P̃·V of tile j runs on the tensor cores while the row max of j+1
         // is computed; its wait and fold then run beside the exp2 of j+1.
@@ -757,8 +769,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // shared lambda changed the SASS of every instance, dense included,
         // and was not measured, so the dense loop stays written out.)
         for (int j = g0; j < g_last; ++j) {
-          issue_qk(j + 1, q_slot_of(k));
-          issue_pv(j);
+          issue_qk(ring_of(j + 1), q_slot_of(k));
+          issue_pv(ring_of(j));
           warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
           warpgroup_fence_operand(acc_s);
           if (j + 1 == g_last) release_q(k);
@@ -767,11 +779,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           float mx_lo, mx_hi;
           max_phase(meta_next, tc, valid, mx_lo, mx_hi);
           warpgroup_wait<0>();  // P̃·V of j
-          exp_phase(j, true, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+          exp_phase(ring_of(j), true, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
         }
-        issue_pv(g_last);
+        issue_pv(ring_of(g_last));
         warpgroup_wait<0>();
-        finish_tile(g_last, alpha_lo, alpha_hi);
+        finish_tile(ring_of(g_last), alpha_lo, alpha_hi);
         epilogue(u, l_lo, l_hi, m_lo, m_hi, cur.vs, cur.qkm);
       }
     } else {
@@ -807,7 +819,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       int g_last = n_tiles_of(u, pipe) - 1;
       float alpha_lo = 0.f, alpha_hi = 0.f;
       wait_q(k);
-      issue_qk(0, q_slot_of(k));
+      Ring rj = ring_of(0), rj1 = ring_of(1);  // the ring places of tiles j and j + 1 (below)
+      issue_qk(rj, q_slot_of(k));
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       if (g_last == 0) release_q(k);
@@ -816,7 +829,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int valid;
         float mx_lo, mx_hi;
         max_phase(meta_next, tc, valid, mx_lo, mx_hi);
-        exp_phase(0, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        exp_phase(rj, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
       }
       // The finished unit whose epilogue is still to run.
       bool pending = false;
@@ -828,10 +841,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // runs the previous unit's epilogue while Q·Kᵀ of j+1 is in flight.
       // (with_epilogue a std::bool_constant: two instantiations, each called
       // once, so both are inlined.)
-      auto step_within = [&](int j, auto with_epilogue) __attribute__((always_inline)) {
-        issue_qk(j + 1, q_slot_of(k));
+      auto step_within = [&](int j, Ring r, Ring r1, auto with_epilogue) __attribute__((always_inline)) {
+        issue_qk(r1, q_slot_of(k));
         if constexpr (decltype(with_epilogue)::value) epilogue(ep_u, ep_l_lo, ep_l_hi, ep_m_lo, ep_m_hi, ep_vs, ep_qkm);
-        issue_pv(j);
+        issue_pv(r);
         warpgroup_wait<1>();  // Q·Kᵀ of j+1 (groups complete in order)
         warpgroup_fence_operand(acc_s);
         if (j + 1 == g_last) release_q(k);
@@ -840,19 +853,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         float mx_lo, mx_hi;
         max_phase(meta_next, tc, valid, mx_lo, mx_hi);
         warpgroup_wait<0>();  // P̃·V of j
-        exp_phase(j, true, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        exp_phase(r, true, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
       };
       int j = 0;
       for (;;) {
         // The unit's tiles j .. g_last; the first step carries the pending epilogue.
         if (j < g_last) {
           if (pending) {
-            step_within(j, std::true_type{});
+            step_within(j, rj, rj1, std::true_type{});
             pending = false;
             ++j;
+            rj = rj1;
+            rj1 = ring_next(rj1);
           }
           // The steady state: the same loop as without the cross-unit stream.
-          for (; j < g_last; ++j) step_within(j, std::false_type{});
+          for (; j < g_last; ++j) {
+            step_within(j, rj, rj1, std::false_type{});
+            rj = rj1;
+            rj1 = ring_next(rj1);
+          }
         }
         // j == g_last: the unit's last tile; the next unit's first Q·Kᵀ goes with its P̃·V.
         const int nk = skip_invalid(k + 1);
@@ -861,9 +880,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const UnitScales nxt = load_scales(nu);
         const int n_last = j + n_tiles_of(nu, pipe);
         wait_q(nk);
-        issue_qk(j + 1, q_slot_of(nk));
+        issue_qk(rj1, q_slot_of(nk));
         if (pending) epilogue(ep_u, ep_l_lo, ep_l_hi, ep_m_lo, ep_m_hi, ep_vs, ep_qkm);  // a one-tile unit
-        issue_pv(j);
+        issue_pv(rj);
         warpgroup_wait<1>();  // Q·Kᵀ of the next unit's first tile
         warpgroup_fence_operand(acc_s);
         if (j + 1 == n_last) release_q(nk);
@@ -874,7 +893,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float mx_lo, mx_hi;
         max_phase(meta_next, tc, valid, mx_lo, mx_hi);
         warpgroup_wait<0>();  // P̃·V of j, the finished unit's last
-        finish_tile(j, alpha_lo, alpha_hi);
+        finish_tile(rj, alpha_lo, alpha_hi);
         pending = true;
         ep_u = u;
         ep_l_lo = l_lo;
@@ -890,13 +909,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         cur = nxt;
         g_last = n_last;
         ++j;
-        exp_phase(j, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
+        rj = rj1;
+        rj1 = ring_next(rj1);
+        exp_phase(rj, false, tc, valid, mx_lo, mx_hi, alpha_lo, alpha_hi);
       }
       // j: the consumer's last tile.
       if (pending) epilogue(ep_u, ep_l_lo, ep_l_hi, ep_m_lo, ep_m_hi, ep_vs, ep_qkm);
-      issue_pv(j);
+      issue_pv(rj);
       warpgroup_wait<0>();
-      finish_tile(j, alpha_lo, alpha_hi);
+      finish_tile(rj, alpha_lo, alpha_hi);
       epilogue(u, l_lo, l_hi, m_lo, m_hi, cur.vs, cur.qkm);
     }
     }  // sparse
