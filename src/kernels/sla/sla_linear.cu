@@ -1136,47 +1136,37 @@ bool use_persist_apply(const SlaProblem& p) {
   return apply && std::strcmp(apply, "persist") == 0;
 }
 
+// The Staged apply; chained: as a programmatic dependent in SageSLA's chain
+// (it then loads Q before its wait, pdl.cuh), else an ordinary launch.
+template <int D, int FM>
+Status launch_apply_staged(const SlaProblem& sp, const LinParams& p, cudaStream_t st, bool chained) {
+  auto kernel = linear_apply_staged_kernel<D, FM>;
+  constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+    return detail::sla_fail(Status::Unsupported,
+                            "sla_linear_add_cuda: cannot raise shared memory to " + std::to_string(smem) + " bytes");
+  const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
+  return launch_error(launch_pdl(chained, kernel, dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)),
+                                 dim3(kApplyThreads), smem, st, p),
+                      chained ? "linear_apply_staged (chained)" : "linear_apply_staged");
+}
+
 template <int D, int FM>
 Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStream_t st, int phases) {
   const bool with_stats = p.stats.km != nullptr;
-  if (phases & kPhasePartialStatsFolds) {  // with_stats (linear_impl checks)
-    auto kernel = kv_partial_staged_kernel<D, FM, true>;
-    constexpr int smem = StagedKvTraits<D>::kSmemBytes;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
-      return detail::sla_fail(Status::Unsupported, "sla_linear_prepare_stats_cuda: cannot raise shared memory to " +
-                                                       std::to_string(smem) + " bytes");
-    kernel<<<dim3(unsigned(p.n_chunks), unsigned(sp.heads), unsigned(sp.batch)), StagedKvTraits<D>::kThreads, smem,
-             st>>>(p);
-    if (Status s = launch_error("kv_partial_staged"); s != Status::Ok) return s;
-    // The statistics folds only (roles D / kProjRows + 1 and + 2).
-    const dim3 grid(unsigned(proj_fold_ctas(true) - proj_fold_ctas(false)), unsigned(sp.batch * sp.heads));
-    constexpr int role0 = D / kProjRows + proj_fold_ctas(false);
-    const cudaError_t e =
-        proj_type == ElemType::F32
-            ? launch_pdl(true, kv_project_rows_kernel<D, float, true>, grid, dim3(D), 0, st, p, role0, false)
-            : launch_pdl(true, kv_project_rows_kernel<D, __nv_bfloat16, true>, grid, dim3(D), 0, st, p, role0, false);
-    return launch_error(e, "kv_project_rows (statistics folds)");
-  }
   if (phases & kPhaseChainTail) {
     // M rows, Σφ(K) and the bias (the instance without the statistics folds:
-    // the same code for these roles), working before their wait.
+    // the same code for these roles), working before their wait; then the apply.
     const dim3 grid(unsigned(D / kProjRows + proj_fold_ctas(false)), unsigned(sp.batch * sp.heads));
     const cudaError_t e =
         proj_type == ElemType::F32
             ? launch_pdl(true, kv_project_rows_kernel<D, float>, grid, dim3(D), 0, st, p, 0, true)
             : launch_pdl(true, kv_project_rows_kernel<D, __nv_bfloat16>, grid, dim3(D), 0, st, p, 0, true);
     if (Status s = launch_error(e, "kv_project_rows (after the sparse kernel)"); s != Status::Ok) return s;
-    auto kernel = linear_apply_staged_kernel<D, FM>;
-    constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
-      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
-                                                       std::to_string(smem) + " bytes");
-    const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
-    return launch_error(
-        launch_pdl(true, kernel, dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)), dim3(kApplyThreads), smem, st, p),
-        "linear_apply_staged (chained)");
+    return launch_apply_staged<D, FM>(sp, p, st, true);
   }
-  if ((phases & kPhasePrepare) && (use_staged_linear(sp) || with_stats)) {
+  const bool partial = phases & (kPhasePrepare | kPhasePartialStatsFolds);
+  if (partial && (use_staged_linear(sp) || with_stats)) {
     auto kernel = with_stats ? kv_partial_staged_kernel<D, FM, true> : kv_partial_staged_kernel<D, FM>;
     constexpr int smem = StagedKvTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
@@ -1185,7 +1175,7 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     kernel<<<dim3(unsigned(p.n_chunks), unsigned(sp.heads), unsigned(sp.batch)), StagedKvTraits<D>::kThreads, smem,
              st>>>(p);
     if (Status s = launch_error("kv_partial_staged"); s != Status::Ok) return s;
-  } else if (phases & kPhasePrepare) {
+  } else if (partial) {
     auto kernel = kv_partial_kernel<D, FM>;
     constexpr int smem = KvTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
@@ -1194,6 +1184,15 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     kernel<<<dim3(unsigned(p.n_chunks), unsigned(sp.heads), unsigned(sp.batch)), KvTraits<D>::kThreads, smem, st>>>(
         p);
     if (Status s = launch_error("kv_partial"); s != Status::Ok) return s;
+  }
+  if (phases & kPhasePartialStatsFolds) {  // with_stats (linear_impl checks): the statistics folds only
+    const dim3 grid(unsigned(proj_fold_ctas(true) - proj_fold_ctas(false)), unsigned(sp.batch * sp.heads));
+    constexpr int role0 = D / kProjRows + proj_fold_ctas(false);
+    const cudaError_t e =
+        proj_type == ElemType::F32
+            ? launch_pdl(true, kv_project_rows_kernel<D, float, true>, grid, dim3(D), 0, st, p, role0, false)
+            : launch_pdl(true, kv_project_rows_kernel<D, __nv_bfloat16, true>, grid, dim3(D), 0, st, p, role0, false);
+    return launch_error(e, "kv_project_rows (statistics folds)");
   }
   // kv_project_rows_kernel reduces and projects the K/V partials in every
   // pipeline (it was StagedPersist's alone; the per-row kernel it replaced
@@ -1231,16 +1230,7 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
     kernel<<<grid, kApplyThreads, smem, st>>>(p, tiles_per_bh, total);
     return launch_error("linear_apply_persist");
   }
-  if (use_staged_linear(sp)) {
-    auto kernel = linear_apply_staged_kernel<D, FM>;
-    constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
-      return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
-                                                       std::to_string(smem) + " bytes");
-    const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
-    kernel<<<dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)), kApplyThreads, smem, st>>>(p);
-    return launch_error("linear_apply_staged");
-  }
+  if (use_staged_linear(sp)) return launch_apply_staged<D, FM>(sp, p, st, false);
   {
     auto kernel = linear_apply_kernel<D, FM>;
     constexpr int smem = ApplyTraits<D>::kSmemBytes;
