@@ -43,6 +43,7 @@
 #include <mutex>
 
 #include "kernels/cp_async.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/quant/quant_device.cuh"
 
 namespace td::kernels {
@@ -60,12 +61,10 @@ constexpr uint32_t kMagicBits = 0x4B400000u;         // bits of 1.5 * 2^23 (ulp 
 // pack p = lane + 32 j of the row.
 template <typename T, int VPL>
 __global__ void __launch_bounds__(kThreads) ln_row_stats_kernel(LnQuantArgs a, float2* stats) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The quantizer may launch as this grid's CTAs retire (programmatic
-  // dependent launch): its x loads overlap this kernel's tail, and it waits
-  // for this grid's completion before reading the statistics.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  // dependent launch, pdl.cuh): its x loads overlap this kernel's tail, and it
+  // waits for this grid's completion before reading the statistics.
+  pdl_launch_dependents();
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31u);
   const int64_t r = int64_t(blockIdx.x) * kRowsPerCta + warp;
   if (r >= a.rows) return;
@@ -206,9 +205,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 2 : 4)
   // The stripe's row statistics as (rstd, -mean * rstd), in shared memory
   // (a row's 16 threads read the same entry), once the statistics kernel
   // has completed (a no-op unless launched as its programmatic dependent).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_wait();
   if (tid < kQuantGroup) {
     const int64_t r = row_block * kQuantGroup + tid;
     const float2 st = r < a.rows ? __ldg(stats + r) : make_float2(0.f, 0.f);
@@ -266,21 +263,6 @@ bool apply_smem_ready() {
   }
 }
 
-// Whether the current device has programmatic dependent launch (sm_90+),
-// asked once per device.
-bool pdl_supported() {
-  static std::mutex mu;
-  static int cc[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cc[dev] == 0) {
-    int major = 0;
-    cc[dev] = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess ? major : -1;
-  }
-  return cc[dev] >= 9;
-}
-
 template <typename T>
 Status launch(const LnQuantArgs& a, float2* stats, cudaStream_t s) {
   const int vpl_needed = (a.dim / 8 + 31) / 32;
@@ -299,23 +281,14 @@ Status launch(const LnQuantArgs& a, float2* stats, cudaStream_t s) {
   const int64_t row_blocks = quant_groups(a.rows), col_blocks = quant_groups(a.dim);
   const dim3 grid{unsigned(col_blocks), unsigned(row_blocks), 1u};
   if (!apply_smem_ready<T>()) return Status::LaunchFailed;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3{unsigned(kThreads), 1u, 1u};
-  cfg.dynamicSmemBytes = apply_smem_bytes<T>();
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  // sm_90+: overlap with the statistics kernel's tail (TURBODIFF_LNQ_ROWSTATS_PDL=0
-  // launches it plainly, for A/B).
+  // sm_90+: overlap with the statistics kernel's tail (TURBODIFF_LNQ_ROWSTATS_PDL=0,
+  // or TURBODIFF_PDL=0, launches it plainly, for A/B).
   const char* pdl_env = std::getenv("TURBODIFF_LNQ_ROWSTATS_PDL");
-  if (pdl_supported() && !(pdl_env && pdl_env[0] == '0')) {
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-  }
-  if (cudaLaunchKernelEx(&cfg, ln_quant_block128_apply_kernel<T>, a, static_cast<const float2*>(stats)) != cudaSuccess)
+  if (launch_pdl(!(pdl_env && pdl_env[0] == '0'), ln_quant_block128_apply_kernel<T>, grid, dim3(kThreads),
+                 apply_smem_bytes<T>(), s, a, static_cast<const float2*>(stats)) != cudaSuccess) {
+    (void)cudaGetLastError();
     return Status::LaunchFailed;
+  }
   return launch_status();
 }
 
