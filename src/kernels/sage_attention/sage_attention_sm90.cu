@@ -37,8 +37,8 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
-#include "kernels/sage_attention/sage_attention_internal.h"
 #include "kernels/pdl.cuh"
+#include "kernels/sage_attention/sage_attention_internal.h"
 
 namespace td::kernels::sage {
 namespace {

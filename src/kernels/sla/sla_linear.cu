@@ -44,8 +44,8 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/sla/sla.h"
 #include "kernels/pdl.cuh"
+#include "kernels/sla/sla.h"
 #include "kernels/sla/sla_device.cuh"
 
 namespace td::kernels {
@@ -446,7 +446,7 @@ __device__ __forceinline__ void kv_project_role(const LinParams& p, int role) {
 // CTA x runs role role0 + x: all roles in one launch, or a subset (SageSLA's
 // fused path runs the statistics folds right after the K/V pass and the M
 // rows with Σφ(K) after the block-sparse kernel, in the SMs its last wave
-// leaves idle: ProjectRoles). late_wait: the kernel before this one in the
+// leaves idle: kPhasePartialStatsFolds / kPhaseChainTail below). late_wait: the kernel before this one in the
 // stream wrote nothing this one reads (the partials come from an earlier
 // one), so it works first and waits at the end (pdl.cuh's rules); it lets its
 // dependent (the apply, which waits for it before reading M) launch at once.
@@ -1107,7 +1107,7 @@ Status launch_error(cudaError_t launched, const char* what) {
 
 // What a linear_impl call launches. kPhasePrepare: kv_partial + kv_project
 // (all roles); kPhaseApply: linear_apply. SageSLA's fused chain splits the
-// projection (ProjectRoles): kPhasePartialStatsFolds (kv_partial with the sage
+// projection by kv_project's roles: kPhasePartialStatsFolds (kv_partial with the sage
 // statistics + the two statistics folds the quantize pass needs next), then,
 // after the block-sparse kernel, kPhaseChainTail (kv_project's M rows and
 // Σφ(K) with a late wait, then the apply with Q loaded before its wait; both
