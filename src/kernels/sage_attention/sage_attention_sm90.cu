@@ -798,9 +798,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -inf, and only then overwrites it). So neither a unit's first Q·Kᵀ
     // nor its epilogue leaves this consumer's tensor-core chain empty.
     // ptxas -v (head_dim 128, the row-sum instance): no C7514 (wgmma
-    // serialization); the steady-state loop 1183 SASS instructions with 6
-    // spill stores and 6 loads per tile, as before the stream (1176, 6 / 6);
-    // the unit-boundary code spills more (224 / 424 bytes in all). The epilogue
+    // serialization); the steady-state loop 1180 SASS instructions with 6
+    // spill stores and 6 loads per tile (1176, 6 / 6 before the stream);
+    // the unit-boundary code spills more (180 / 292 bytes in all since the
+    // row-sum instance carries no LSE state, session 13; 224 / 424 before). The epilogue
     // sits between the Q·Kᵀ and P̃·V issues, where acc_t is not yet in flight
     // (64 live registers fewer than after the P̃·V issue; that placement was
     // not measured).
