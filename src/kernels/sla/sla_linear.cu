@@ -928,8 +928,13 @@ struct StagedKvTraits {
 // channel (thread: a channel pair, a quarter of the tile's rows, bf16x2 shared
 // loads before φ overwrites K), into part_kraw / part_vmax; kv_project's kStats
 // instantiation reduces them into the K mean and the V scales.
+//
+// kv_partial_staged_row16_kernel: the kernel as it was up to session 13 (warp w:
+// feature rows 16w .. 16w + 15 x all D channels), kept for the A/B knob
+// TD_SLA_KV_MMA=row16 and SlaGpu.KvPartialPartitionsEqualBitForBit;
+// kv_partial_staged_kernel below is the default.
 template <int D, int FM, bool kStats = false>
-__global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_staged_kernel(const LinParams p) {
+__global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_staged_row16_kernel(const LinParams p) {
   using T = StagedKvTraits<D>;
   constexpr int kThreads = T::kThreads, kWarps = kThreads / 32, kChunks = D / 8;
   constexpr int kPer = D / 8, kLaneChunks = kPer / 8, kRowsPerWarp = kTile / kWarps;
@@ -1091,6 +1096,408 @@ __global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_sta
   }
 }
 
+// The K/V pass's φ(K) of two rows per 8-lane group: rows r and r + 4 of
+// kv_partial_staged_row16_kernel's two steps at once (two independent
+// dependency chains of shuffles, ex2 and the serial row sums per lane instead
+// of one, then the other). In: the rows' bf16 pairs as loaded (kPer / 2 per
+// lane and row); out: φ rounded to bf16 pairs as stored, 0 for rows that are
+// not `live` (past the tile's valid rows). The same values as feature_map8 +
+// the zeroing + the rounding: each lane sums its kPer values in channel order,
+// then the row's 8 lanes combine by xor 1, 2 and kX3 (the lane bit that holds
+// the third bit of the lane's channel group: 4 as in feature_map8, or 8 where
+// the caller spreads a row's lanes for the bank layout: the same tree of
+// additions); the max is taken over the bf16 pairs before the conversion (a
+// max is exact in any order, and ±0 or NaN differences in it cannot change
+// exp(x - max), see below); the softmax's rows past `valid` are zero-filled K
+// rows, so their φ is finite (1/D) and times 0 gives the 0 the select gave.
+template <int kPer, int FM, int kX3>
+__device__ __forceinline__ void kv_phi_rows2(const uint32_t (&w)[2][kPer / 2], const bool (&live)[2],
+                                             uint32_t (&out)[2][kPer / 2]) {
+  constexpr int kW = kPer / 2;
+  auto lo = [](uint32_t u) { return __uint_as_float(u << 16); };         // exact: a bf16 is its float's top half
+  auto hi = [](uint32_t u) { return __uint_as_float(u & 0xFFFF0000u); };
+  auto pack = [](float a, float b) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  };
+  if constexpr (FM == 0) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    constexpr int kOff[3] = {1, 2, kX3};
+    float m[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      __nv_bfloat162 h2 = *reinterpret_cast<const __nv_bfloat162*>(&w[r][0]);
+#pragma unroll
+      for (int k = 1; k < kW; ++k) h2 = __hmax2(h2, *reinterpret_cast<const __nv_bfloat162*>(&w[r][k]));
+      m[r] = fmaxf(__low2float(h2), __high2float(h2));
+    }
+#pragma unroll
+    for (int o = 0; o < 3; ++o)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], kOff[o]));
+    // m = ±0 (or another max of equal value) changes nothing: ml = ±0 only
+    // decides the sign of a zero fmaf result, and ex2(±0) = 1.
+    float x[2][kPer], s[2] = {0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float ml = m[r] * kLog2e;
+#pragma unroll
+      for (int k = 0; k < kW; ++k) {
+        s[r] += (x[r][2 * k] = ex2_approx(fmaf(lo(w[r][k]), kLog2e, -ml)));
+        s[r] += (x[r][2 * k + 1] = ex2_approx(fmaf(hi(w[r][k]), kLog2e, -ml)));
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < 3; ++o)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) s[r] += __shfl_xor_sync(0xffffffffu, s[r], kOff[o]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float inv = 1.f / s[r] * (live[r] ? 1.f : 0.f);  // exact: 1/s or 0 (no branch around the division)
+#pragma unroll
+      for (int k = 0; k < kW; ++k) out[r][k] = pack(x[r][2 * k] * inv, x[r][2 * k + 1] * inv);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float x[kPer];
+#pragma unroll
+      for (int k = 0; k < kW; ++k) x[2 * k] = lo(w[r][k]), x[2 * k + 1] = hi(w[r][k]);
+      feature_map8<kPer, FM>(x);
+#pragma unroll
+      for (int k = 0; k < kW; ++k) out[r][k] = live[r] ? pack(x[2 * k], x[2 * k + 1]) : 0u;
+    }
+  }
+}
+
+// 16 bytes from global (cp_async_16) if ok, else 16 zero bytes by a shared
+// store; the address math before it stays unconditional (uniform where it can).
+__device__ __forceinline__ void kv_copy_or_zero16(uint32_t dst, const void* src, bool ok) {
+  if (ok)
+    cp_async_16(dst, src, true);
+  else
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0u) : "memory");
+}
+
+// m = max(m, |a|, |b|) on bf16 pairs: __hmax2 / __habs2's instructions
+// (max.bf16x2, abs.bf16x2), as volatile asm so the compiler neither sinks them
+// to the loop's end nor keeps the fragments live until there.
+__device__ __forceinline__ void kv_absmax_acc(uint32_t& m, uint32_t a, uint32_t b) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 x, y;\n"
+      "abs.bf16x2 x, %1;\n"
+      "abs.bf16x2 y, %2;\n"
+      "max.bf16x2 x, x, y;\n"
+      "max.bf16x2 %0, %0, x;\n"
+      "}\n"
+      : "+r"(m)
+      : "r"(a), "r"(b));
+}
+
+// base + off as one 64-bit add of a zero-extended 32-bit offset (asm: the
+// compiler otherwise folds the offset into 64-bit multiply-adds and keeps it
+// as a register pair).
+__device__ __forceinline__ const void* kv_at(const char* base, uint32_t off) {
+  const void* r;
+  asm("{\n"
+      ".reg .u64 t;\n"
+      "cvt.u64.u32 t, %2;\n"
+      "add.u64 %0, %1, t;\n"
+      "}\n"
+      : "=l"(r)
+      : "l"(base), "r"(off));
+  return r;
+}
+
+// kv_partial_staged_kernel (session 14; the default Staged K/V pass): the
+// row16 kernel's work with every mma fed the same fragments in the same k
+// order (each element of φ(K)ᵀV, Σφ(K) and Σ K sees k-steps 0-3 of tile 0,
+// then of tile 1, ..., each m16n8k16 with the same A and B values; max |V| is
+// a max), so the same partials bit for bit (SlaGpu.KvPartialPartitionsEqualBitForBit
+// against TD_SLA_KV_MMA=row16). ncu of the row16 kernel on the H200 (session
+// 13, 1x12x32760, kStats: 22 chunks x 12 heads = 264 CTAs, 2 per SM): 86.9 µs,
+// 2.36 TB/s (49%), 40% of the issue slots, stalls short_scoreboard 37.5% (mma on
+// ldmatrix, φ on its shuffles and ex2), wait 19.7%: dependency latency bounds
+// it, not DRAM or issue. What changes, and why:
+//   - φ(K)ᵀV over a kRG x 2 grid of warps (D = 128: 4 x 2, 32 feature rows x 64
+//     channels; D = 64: 2 x 2, 32 x 32) instead of 8 x 1 (16 rows x all D):
+//     per 16-token k-step a warp loads 2 A + 4 B fragments instead of 1 + 8
+//     (every warp re-read all of V: 8x V traffic), all of them before its 16
+//     mma, and ptxas loads the next k-step's while these run. The same 64 fp32
+//     accumulators per thread. The ones-mma (Σφ(K)) takes local m-block 0 =
+//     2·rg + cg: every m-block once over the warps, one per warp and k-step.
+//   - φ of a lane group's two rows r, r + 4 at once (kv_phi_rows2): two
+//     independent chains of max, shuffles, 16 ex2, serial row sum and 1/Σ; the
+//     row16 kernel's two steps ran one after the other (the first step's
+//     st.shared, a memory clobber, kept the second's loads behind it). A row's
+//     8 lanes are lanes 0-3 and 8-11 (+4, +16): a quarter warp's 16-byte
+//     accesses cover 2 rows of opposite parity, all 32 banks (ncu: the row16
+//     layout's LDS.128 / STS.128 took 8 wavefronts for 4: chunks c, c + 8 of a
+//     row share banks); the row sum's tree is unchanged (xor 1, 2, then 8 for 4).
+//   - the sage statistics from the pass's own work: max |V| from the B
+//     fragment of channels 16w (warp w's pair 0) in the mma loop, Σ K's
+//     Kᵀ·ones mma (4 ldmatrix + 4 mma per warp and tile) before φ's loads. No
+//     separate pass: the barrier it needed moves between φ's arithmetic and its
+//     stores (Kᵀ read everywhere before φ overwrites K), so it waits less.
+//   - the copies: whole tiles from the row's uniform address + one 32-bit
+//     offset per thread, without predicates (the row16 kernel formed 8 64-bit
+//     addresses with clamps every tile: 130 of its 653 instructions); rows past
+//     the chunk's end zeroed by st.shared (only the last tile of a head).
+//   - Σφ(K) / Σ K kept as c0, c2 of their mma (2 registers each, see below):
+//     the kStats instance fits 128 registers unspilled.
+// Shared memory per 64-token tile and CTA (D = 128; 128-byte wavefronts):
+// row16: copies 256 + statistics ldmatrix 8 warps x 8 x 4 = 256 + φ 2 x 16 KB at
+// 2x = 512 + mma ldmatrix 8 x 36 x 4 = 1152 = 2176 (272 KB); now 256 + Kᵀ
+// 8 x 4 x 4 = 128 + φ 256 + mma 8 x 24 x 4 = 768 = 1408 (176 KB, -35%): 2816
+// of the SM's wavefront cycles per tile of each of its two CTAs, was 4352.
+// Instructions per warp and whole tile (sm_90a SASS of <128, 0, true>):
+// 653 -> 528 (loop + copies 150 -> 67, statistics pass 40 -> 0, φ 331 -> 326 with
+// the Kᵀ mma, two chains at once and some address arithmetic ptxas now
+// recomputes instead of holding in registers, mma 132 -> 135 with max |V|'s
+// 24 and 24 ldmatrix instead of 36); <128, 0, false>: 479. 128 registers,
+// no spills, for both (ptxas -v).
+// Predicted (H200, 1x12x32760, kStats): from the row16 profile's shares, φ
+// 40% at ~0.6 (two chains; ex2 throughput, 34 per warp and tile, bounds it),
+// mma 37% at ~0.8, copies / statistics / loop 17% at ~0.4, the rest 6% as it
+// is: ~0.67 x 86.9 = ~58 µs of work, so DRAM-bound near its floor (201 MB at
+// ~3.3-3.5 TB/s: 57-61 µs): ~60-66 µs, was 86.9.
+template <int D, int FM, bool kStats = false>
+__global__ void __launch_bounds__(StagedKvTraits<D>::kThreads, 2) kv_partial_staged_kernel(const LinParams p) {
+  using T = StagedKvTraits<D>;
+  constexpr int kThreads = T::kThreads, kWarps = kThreads / 32, kChunks = D / 8, kRowBytes = D * 2;
+  constexpr int kPer = D / 8, kLaneChunks = kPer / 8, kRowsPerWarp = kTile / kWarps;
+  constexpr int kRG = kWarps / 2, kNP = kRG;  // warp grid kRG x 2: 32 feature rows x D/2 channels (kNP pairs of n8)
+  constexpr int kPassRows = kThreads / kChunks, kPasses = kTile / kPassRows;  // load_tile's rows per pass
+  constexpr int kKStep = 16 * kRowBytes;  // bytes per 16-token k-step
+  static_assert(kRowsPerWarp % 8 == 0, "two 4-row steps at once");
+  static_assert(kNP * 32 == D && kRG * 2 == kWarps, "warp grid");
+  // 1024-byte aligned (declared, so guaranteed): the fragment and φ addresses
+  // below are formed as (stage base + offset) ^ mask with masks in bits 4-7.
+  extern __shared__ __align__(1024) unsigned char kv_smem[];
+  const uint32_t s0 = uint32_t(__cvta_generic_to_shared(kv_smem));
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int rg = warp % kRG, cg = warp / kRG;
+  const int t_begin = chunk * p.chunk_len, t_end = min(p.len, t_begin + p.chunk_len);
+  const int n_tiles = (t_end - t_begin + kTile - 1) / kTile;
+  const __nv_bfloat16* kg = p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head;
+  const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
+  // Launched plainly (the first kernel of SageSLA's chain); lets the next one launch early.
+  pdl_wait();
+  pdl_launch_dependents();
+
+  // cp.async: load_tile's rows and chunks (row lrow + kPassRows·i, chunk
+  // lchunk: the same bytes to the same places), each source the pass's
+  // (uniform) address + a 32-bit offset per thread (the launch keeps the token
+  // strides below 2^26 elements for this kernel); rows past the chunk's end
+  // are zeroed by a shared store instead of a zero-filling copy (no global
+  // address is read for them, none is clamped).
+  const int lrow = tid / kChunks, lchunk = tid % kChunks;
+  const uint32_t ldst = swizzle<kChunks>(lrow, lchunk);
+  const uint32_t koff = uint32_t(lrow) * uint32_t(p.ks.token) * 2u + uint32_t(lchunk) * 16u;
+  const uint32_t voff = uint32_t(lrow) * uint32_t(p.vs.token) * 2u + uint32_t(lchunk) * 16u;
+  auto stage_of = [&](int j) { return s0 + uint32_t(j % T::kStages) * 2 * T::kTileBytes; };
+  const int64_t kpass = int64_t(kPassRows) * p.ks.token * 2, vpass = int64_t(kPassRows) * p.vs.token * 2;
+  auto issue = [&](int j) {
+    const uint32_t stage = stage_of(j) + ldst;
+    const int t0 = t_begin + j * kTile, valid = t_end - t0;
+    const char* kt = reinterpret_cast<const char*>(kg) + int64_t(t0) * p.ks.token * 2;
+    const char* vt = reinterpret_cast<const char*>(vg) + int64_t(t0) * p.vs.token * 2;
+    if (valid >= kTile) {  // whole tile: 2·kPasses copies back to back
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i)
+        cp_async_16(stage + i * kPassRows * kRowBytes, kv_at(kt + i * kpass, koff), true);
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i)
+        cp_async_16(stage + T::kTileBytes + i * kPassRows * kRowBytes, kv_at(vt + i * vpass, voff), true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const bool ok = lrow < valid - i * kPassRows;
+        kv_copy_or_zero16(stage + i * kPassRows * kRowBytes, kv_at(kt + i * kpass, koff), ok);
+        kv_copy_or_zero16(stage + T::kTileBytes + i * kPassRows * kRowBytes, kv_at(vt + i * vpass, voff), ok);
+      }
+    }
+  };
+  issue(0);
+  cp_async_commit();
+  if (n_tiles > 1) issue(1);
+  cp_async_commit();
+
+  // φ's lanes: 8 per row (sub: channels kPer·sub ..), 4 rows per step (rsel).
+  // D = 128: a row's lanes are 0-3 and 8-11 (+4, +16 for the other rows), so
+  // each quarter warp's 16-byte accesses hit two rows of opposite parity: 8
+  // distinct bank groups (lanes 0-7 on one row: chunks c and c + 8 share
+  // banks, 2 wavefronts per quarter warp).
+  constexpr int kX3 = kLaneChunks == 2 ? 8 : 4;
+  const int sub = kLaneChunks == 2 ? (lane & 3) | ((lane >> 1) & 4) : lane & 7;
+  const int rsel = kLaneChunks == 2 ? ((lane >> 2) & 1) | ((lane >> 3) & 2) : lane >> 3;
+  // Row r0 = warp·kRowsPerWarp + 8·pp + rsel (and r0 + 4), chunk kLaneChunks·sub + u:
+  // r0 & 7 = rsel < 4, so swizzle(r0 + 4t, kLaneChunks·sub + u) =
+  // (phi_off + 8·pp·kRowBytes + 4t·kRowBytes) ^ (u << 4) ^ (t << 6).
+  const uint32_t phi_off = swizzle<kChunks>(warp * kRowsPerWarp + rsel, sub * kLaneChunks);
+  // The mma fragments: a_base + (xor) 32·m-block is the ldmatrix.trans address
+  // of m-block m's A (φ(K)ᵀ, or raw Kᵀ) at k-step 0, b_base ^ 32·pair that of
+  // V's B for channels 16·pair .. (the chunk index 2·m + lane bit lies in
+  // bits 4-7). Warp (rg, cg): A of local m-block i = 2·rg + (i ^ cg) (the
+  // ones-mma takes i = 0: every m-block once over the warps); B of local pair
+  // q = kNP·cg + (q ^ rg) (q = 0: channels 16·warp, kStats's max |V|).
+  const uint32_t a_base = swizzle<kChunks>((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+  const uint32_t b_base = T::kTileBytes + swizzle<kChunks>(((lane >> 3) & 1) * 8 + (lane & 7), lane >> 4);
+
+  float acc[2][2 * kNP][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int t = 0; t < 2 * kNP; ++t) acc[i][t][0] = acc[i][t][1] = acc[i][t][2] = acc[i][t][3] = 0.f;
+  // Σφ(K) and Σ K as c0 and c2 of their ones-mma only (rows lane / 4 and
+  // lane / 4 + 8; every column holds the same sums): two long-lived registers
+  // each instead of four. A tile's four mma run on a 4-register copy
+  // {c0, c0, c2, c2}; an mma's c0 / c2 depend on the C values c0 / c2 alone,
+  // so the chain of each is the one a 4-register accumulator would carry.
+  float ks_acc[2] = {0.f, 0.f};
+  float kraw_acc[2] = {0.f, 0.f};
+  constexpr uint32_t kOnes4 = 0x3F803F80u;  // bf16 1.0 pair
+  uint32_t vmax_lo = 0u, vmax_hi = 0u;  // bf16 pairs, +0
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<1>();  // tile j landed (j + 1 may still be in flight)
+    __syncthreads();     // everywhere; and tile j-1's stage, the one j+2 goes to, is free
+    if (j + 2 < n_tiles) issue(j + 2);
+    cp_async_commit();
+    const uint32_t sk = stage_of(j);
+    const int valid = t_end - (t_begin + j * kTile);
+
+    if constexpr (kStats) {  // Σ raw K = Kᵀ·ones of channels 16·warp before φ overwrites K (rows past valid: 0)
+      const uint32_t kr = (sk + a_base) ^ uint32_t(warp << 5);
+      float c4[4] = {kraw_acc[0], kraw_acc[0], kraw_acc[1], kraw_acc[1]};
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, kr + kk * kKStep);
+        mma_bf16(c4, a, kOnes4, kOnes4);
+      }
+      kraw_acc[0] = c4[0];
+      kraw_acc[1] = c4[2];
+    }
+#pragma unroll
+    for (int pp = 0; pp < kRowsPerWarp / 8; ++pp) {
+      const int r0 = warp * kRowsPerWarp + pp * 8 + rsel;  // and r0 + 4
+      const uint32_t ra = sk + phi_off + pp * 8 * kRowBytes;
+      auto row_addr = [&](int t, int u) { return (ra + t * 4 * kRowBytes) ^ uint32_t((u << 4) | (t << 6)); };
+      uint32_t w[2][kPer / 2];
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int u = 0; u < kLaneChunks; ++u)
+          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=r"(w[t][4 * u]), "=r"(w[t][4 * u + 1]), "=r"(w[t][4 * u + 2]), "=r"(w[t][4 * u + 3])
+                       : "r"(row_addr(t, u)));
+      const bool live[2] = {r0 < valid, r0 + 4 < valid};
+      uint32_t o[2][kPer / 2];
+      kv_phi_rows2<kPer, FM, kX3>(w, live, o);
+      if constexpr (kStats) {
+        if (pp == 0) __syncthreads();  // every warp's raw Kᵀ read before any φ row is written
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int u = 0; u < kLaneChunks; ++u)
+          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(row_addr(t, u)), "r"(o[t][4 * u]),
+                       "r"(o[t][4 * u + 1]), "r"(o[t][4 * u + 2]), "r"(o[t][4 * u + 3])
+                       : "memory");
+    }
+    __syncthreads();  // φ(K) rows of every warp written
+
+    uint32_t aa[2], ba[kNP];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) aa[i] = (sk + a_base) ^ uint32_t((2 * rg + (i ^ cg)) << 5);
+#pragma unroll
+    for (int q = 0; q < kNP; ++q) ba[q] = (sk + b_base) ^ uint32_t((kNP * cg + (q ^ rg)) << 5);
+    float ks4[4] = {ks_acc[0], ks_acc[0], ks_acc[1], ks_acc[1]};
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t a[2][4], bq[kNP][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) ldmatrix_x4_trans(a[i], aa[i] + kk * kKStep);
+#pragma unroll
+      for (int q = 0; q < kNP; ++q) ldmatrix_x4_trans(bq[q], ba[q] + kk * kKStep);
+#pragma unroll
+      for (int q = 0; q < kNP; ++q)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma_bf16(acc[i][2 * q], a[i], bq[q][0], bq[q][1]);
+          mma_bf16(acc[i][2 * q + 1], a[i], bq[q][2], bq[q][3]);
+        }
+      mma_bf16(ks4, a[0], kOnes4, kOnes4);
+      if constexpr (kStats) {  // max |V| of channels 16·warp (pair 0; tokens past valid are 0), as the fragments land
+        kv_absmax_acc(vmax_lo, bq[0][0], bq[0][1]);
+        kv_absmax_acc(vmax_hi, bq[0][2], bq[0][3]);
+      }
+    }
+    ks_acc[0] = ks4[0];
+    ks_acc[1] = ks4[2];
+  }
+  cp_async_wait<0>();
+
+  uint32_t lane_e;  // the lane read again: nothing of it kept live (or spilled) through the loop
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane_e));
+  const int q4 = int(lane_e & 3);
+  const int64_t slot = (int64_t(b) * p.heads + h) * p.n_chunks + chunk;
+  float* part = p.ws.part + slot * D * D;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int f = 16 * (2 * rg + (i ^ cg)) + lane / 4;
+#pragma unroll
+    for (int q = 0; q < kNP; ++q)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int col = (2 * (kNP * cg + (q ^ rg)) + hh) * 8 + q4 * 2;
+        float* dst = part + int64_t(f) * D + col;
+        *reinterpret_cast<float2*>(dst) = make_float2(acc[i][2 * q + hh][0], acc[i][2 * q + hh][1]);
+        *reinterpret_cast<float2*>(dst + 8 * D) = make_float2(acc[i][2 * q + hh][2], acc[i][2 * q + hh][3]);
+      }
+  }
+  // Σφ(K) of m-block 2·rg + cg: lane 4r has rows r, r + 8.
+  if (q4 == 0) {
+    const int f = 16 * (2 * rg + cg) + lane / 4;
+    p.ws.part_ks[slot * D + f] = ks_acc[0];
+    p.ws.part_ks[slot * D + f + 8] = ks_acc[1];
+  }
+  if constexpr (kStats) {
+    // max |V|: a B-fragment register holds 2 tokens of channel lane / 4 (lo) or
+    // lane / 4 + 8 (hi); fold the pair, then the 4 lanes of the quad.
+    const int f0 = warp * 16 + lane / 4;
+    const __nv_bfloat162 lo2 = *reinterpret_cast<const __nv_bfloat162*>(&vmax_lo);
+    const __nv_bfloat162 hi2 = *reinterpret_cast<const __nv_bfloat162*>(&vmax_hi);
+    float vm_lo = fmaxf(__low2float(lo2), __high2float(lo2));
+    float vm_hi = fmaxf(__low2float(hi2), __high2float(hi2));
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      vm_lo = fmaxf(vm_lo, __shfl_xor_sync(0xffffffffu, vm_lo, off));
+      vm_hi = fmaxf(vm_hi, __shfl_xor_sync(0xffffffffu, vm_hi, off));
+    }
+    if (q4 == 0) {
+      p.ws.part_kraw[slot * D + f0] = kraw_acc[0];
+      p.ws.part_kraw[slot * D + f0 + 8] = kraw_acc[1];
+      p.ws.part_vmax[slot * D + f0] = vm_lo;
+      p.ws.part_vmax[slot * D + f0 + 8] = vm_hi;
+    }
+  }
+}
+
+// The Staged K/V pass by kv_partial_staged_row16_kernel (the same bits):
+// with TD_SLA_KV_MMA=row16 (A/B knob, read per call), and where a token
+// stride is outside the 32-bit per-thread offsets of kv_partial_staged_kernel
+// (0 <= stride < 2^26 elements; any real layout is far inside).
+bool use_kv_row16(const LinParams& p) {
+  constexpr int64_t kMaxStride = int64_t(1) << 26;
+  if (p.ks.token < 0 || p.ks.token >= kMaxStride || p.vs.token < 0 || p.vs.token >= kMaxStride) return true;
+  const char* e = std::getenv("TD_SLA_KV_MMA");
+  return e && std::strcmp(e, "row16") == 0;
+}
+
 Status launch_error(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok;
@@ -1168,6 +1575,8 @@ Status run(const SlaProblem& sp, const LinParams& p, ElemType proj_type, cudaStr
   const bool partial = phases & (kPhasePrepare | kPhasePartialStatsFolds);
   if (partial && (use_staged_linear(sp) || with_stats)) {
     auto kernel = with_stats ? kv_partial_staged_kernel<D, FM, true> : kv_partial_staged_kernel<D, FM>;
+    if (use_kv_row16(p))
+      kernel = with_stats ? kv_partial_staged_row16_kernel<D, FM, true> : kv_partial_staged_row16_kernel<D, FM>;
     constexpr int smem = StagedKvTraits<D>::kSmemBytes;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
       return detail::sla_fail(Status::Unsupported, "sla_linear_add_cuda: cannot raise shared memory to " +
