@@ -1271,6 +1271,175 @@ TEST(SlaGpu, RefusesWhatItCannotRun) {
   }
 }
 
+// SageSLA's fused selection (score_topk_fused_kernel, the default of
+// sla_block_select_from_sums_cuda) against the two kernels it replaces
+// (TD_SLA_SELECT=two_kernel: score_tiled_kernel<true>, then the radix top-k)
+// and the bitonic sort (TD_SLA_TOPK=bitonic), LUT and map bit for bit, and all
+// three against the host: the same pooled values and fmaf chain in fp32, keys
+// sorted. Fresh random block sums (any fp32 values: not from the sage pass),
+// key blocks copied onto their neighbours (tied scores in every row), query
+// blocks copied (tied rows), an all-zero Q (every score ties); QB = 2, 5, 24,
+// 27, 77, 154, 1182 (a partial last row group for every rows per CTA), KB = 1,
+// 3, 20, 24, 77, 154, 256, 591, n_sel = 1, 25, 59, KB, head_dim 36 (channels
+// zero-padded to different multiples by the two paths), 2 or 4 sums per block
+// (and 3 Q sums of a 192-token block: n not a power of two), every rows-per-CTA
+// variant (TD_SLA_SELECT=fused16 .. fused64), LUT only and map only, and rows
+// past the fused kernel's limits (KB > 1024, n_sel > 640: the two kernels).
+// LUT and map start poisoned, 0xFF for the references and 0x7F for the fused runs.
+TEST(SlaGpu, FusedScoreTopkEqualsTwoKernelPathExactly) {
+  TD_REQUIRE_GPU();
+  struct EnvRestore {
+    std::vector<std::pair<std::string, std::string>> saved;  // name, value ("" with no value: unset)
+    std::vector<bool> had;
+    explicit EnvRestore(std::initializer_list<const char*> names) {
+      for (const char* n : names) {
+        const char* v = std::getenv(n);
+        saved.emplace_back(n, v ? v : "");
+        had.push_back(v != nullptr);
+      }
+    }
+    ~EnvRestore() {
+      for (size_t i = 0; i < saved.size(); ++i)
+        if (had[i]) setenv(saved[i].first.c_str(), saved[i].second.c_str(), 1);
+        else unsetenv(saved[i].first.c_str());
+    }
+  } restore({"TD_SLA_SELECT", "TD_SLA_TOPK"});
+  auto set_env = [](const char* name, const char* value) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  };
+  auto ordered = [](float s) {
+    uint32_t u = 0;
+    if (s != 0.f) std::memcpy(&u, &s, 4);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  };
+  struct Case {
+    int64_t B, H, L, D, block_q, block_k;
+    double topk;
+    int ties;  // 0: none, 1: copied key and query blocks, 2: Q = 0
+  };
+  for (const Case& c : {Case{1, 3, 100, 128, 64, 128, 0.5, 0}, Case{2, 2, 300, 64, 64, 128, 1.0, 1},
+                        Case{1, 2, 9806, 128, 64, 128, 0.33, 1}, Case{1, 2, 9806, 36, 128, 64, 1.0, 0},
+                        Case{1, 2, 32760, 128, 64, 128, 0.1, 1}, Case{1, 1, 75600, 128, 64, 128, 0.1, 1},
+                        Case{1, 2, 5000, 128, 192, 256, 0.3, 0}, Case{1, 2, 2000, 64, 64, 128, 0.7, 2},
+                        Case{2, 4, 3000, 128, 128, 128, 0.6, 1}, Case{1, 1, 70000, 64, 2048, 64, 0.2, 0},
+                        Case{1, 1, 64000, 64, 1024, 64, 0.7, 0}}) {
+    SlaProblem p;
+    p.batch = c.B;
+    p.heads = c.H;
+    p.len = c.L;
+    p.head_dim = c.D;
+    p.q = p.k = p.v = p.o = kernels::attn_contiguous_strides(kernels::AttnLayout::BLHD, c.H, c.L, c.D);
+    p.scale = float(1.0 / std::sqrt(double(c.D)));
+    p.block_q = c.block_q;
+    p.block_k = c.block_k;
+    p.topk = c.topk;
+    const int64_t QB = p.query_blocks(), KB = p.key_blocks(), BH = c.B * c.H, rows = BH * QB;
+    const int64_t n_sel = kernels::sla_selected_blocks(c.topk, KB);
+    const int64_t q_sub = c.block_q / 64, k_sub = c.block_k / 64;
+    const int64_t nbq = QB * q_sub + 3, nbk = KB * k_sub + 5;  // sums per (b, h): more than the blocks use
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " L" << c.L << " D" << c.D << " blocks "
+                                    << c.block_q << "x" << c.block_k << " QB " << QB << " KB " << KB << " n_sel "
+                                    << n_sel << (c.ties == 1 ? " copied blocks" : c.ties == 2 ? " Q = 0" : ""));
+    Tensor qh = test::randn_tensor({BH, nbq, c.D}, DType::F32, 8.f);
+    Tensor kh = test::randn_tensor({BH, nbk, c.D}, DType::F32, 8.f, 0.5f);
+    float* const qv = qh.data<float>();
+    float* const kv = kh.data<float>();
+    if (c.ties == 2) std::fill(qv, qv + qh.numel(), 0.f);
+    if (c.ties == 1)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        for (int64_t j = 0; j + 2 < KB; j += 3)  // full blocks: the same sums and tokens, the same pooled K
+          std::memcpy(kv + (bh * nbk + (j + 1) * k_sub) * c.D, kv + (bh * nbk + j * k_sub) * c.D,
+                      size_t(k_sub * c.D) * 4);
+        for (int64_t i = 0; i + 2 < QB; i += 4)
+          std::memcpy(qv + (bh * nbq + (i + 1) * q_sub) * c.D, qv + (bh * nbq + i * q_sub) * c.D,
+                      size_t(q_sub * c.D) * 4);
+      }
+    const Tensor qd = qh.to(Device::cuda(0)), kd = kh.to(Device::cuda(0));
+
+    // The host's LUT and map: pooled values and fmaf chains as the kernels form them.
+    std::vector<int32_t> hlut(size_t(rows * n_sel));
+    std::vector<uint8_t> hmap(size_t(rows * KB), 0);
+    {
+      auto pooled = [&](const float* sums, int64_t nb, int64_t bh, int64_t blk, int64_t sub, int64_t block) {
+        std::vector<float> v(size_t(c.D));
+        const float n = float(std::min(c.L, (blk + 1) * block) - blk * block);
+        for (int64_t ch = 0; ch < c.D; ++ch) {
+          float x = sums[(bh * nb + blk * sub) * c.D + ch];
+          for (int64_t s = 1; s < sub; ++s) x += sums[(bh * nb + blk * sub + s) * c.D + ch];
+          v[size_t(ch)] = x / n;
+        }
+        return v;
+      };
+      std::vector<uint64_t> keys(static_cast<size_t>(KB));
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        std::vector<std::vector<float>> pk;
+        for (int64_t j = 0; j < KB; ++j) pk.push_back(pooled(kv, nbk, bh, j, k_sub, c.block_k));
+        for (int64_t i = 0; i < QB; ++i) {
+          const std::vector<float> pq = pooled(qv, nbq, bh, i, q_sub, c.block_q);
+          for (int64_t j = 0; j < KB; ++j) {
+            float acc = 0.f;
+            for (int64_t ch = 0; ch < c.D; ++ch) acc = std::fmaf(pq[size_t(ch)], pk[size_t(j)][size_t(ch)], acc);
+            keys[size_t(j)] = (uint64_t(~ordered(acc)) << 32) | uint64_t(j);
+          }
+          std::partial_sort(keys.begin(), keys.begin() + n_sel, keys.end());
+          const int64_t row = bh * QB + i;
+          for (int64_t s = 0; s < n_sel; ++s) {
+            hlut[size_t(row * n_sel + s)] = int32_t(uint32_t(keys[size_t(s)]));
+            hmap[size_t(row * KB + int64_t(uint32_t(keys[size_t(s)])))] = 1;
+          }
+        }
+      }
+    }
+
+    const size_t ws_bytes = kernels::sla_block_select_workspace_size(p);
+    Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::U8, Device::cuda(0));
+    auto poisoned = [](const Shape& shape, DType dtype, uint8_t byte) {
+      Tensor t = Tensor::empty(shape, dtype, Device::cuda(0));
+      const std::vector<uint8_t> host(t.nbytes(), byte);
+      cuda::memcpy_sync(t.raw_data(), host.data(), host.size(), true);
+      return t;
+    };
+    // One selection: TD_SLA_SELECT / TD_SLA_TOPK as given (null: unset).
+    auto run = [&](const char* select, const char* topk_env, bool want_lut, bool want_map, uint8_t poison,
+                   std::vector<int32_t>& lut_out, std::vector<uint8_t>& map_out) {
+      set_env("TD_SLA_SELECT", select);
+      set_env("TD_SLA_TOPK", topk_env);
+      Tensor lut = poisoned({rows, n_sel}, DType::I32, poison), map = poisoned({rows, KB}, DType::U8, poison);
+      ASSERT_EQ(kernels::sla_block_select_from_sums_cuda(p, qd.data<float>(), nbq, kd.data<float>(), nbk,
+                                                         want_map ? map.data<uint8_t>() : nullptr,
+                                                         want_lut ? lut.data<int32_t>() : nullptr, ws.raw_data(),
+                                                         ws_bytes, cuda::current_stream()),
+                Status::Ok)
+          << (select ? select : "default") << ": " << kernels::sla_last_error();
+      lut_out = download<int32_t>(lut);
+      map_out = download<uint8_t>(map);
+    };
+    std::vector<int32_t> ref_lut, bit_lut, lut;
+    std::vector<uint8_t> ref_map, bit_map, map;
+    run("two_kernel", nullptr, true, true, 0xFF, ref_lut, ref_map);
+    EXPECT_TRUE(ref_lut == hlut) << "the two-kernel LUT differs from the host's";
+    EXPECT_TRUE(ref_map == hmap) << "the two-kernel map differs from the host's";
+    run("two_kernel", "bitonic", true, true, 0xFF, bit_lut, bit_map);
+    EXPECT_TRUE(bit_lut == ref_lut) << "the bitonic LUT differs from the radix LUT";
+    EXPECT_TRUE(bit_map == ref_map) << "the bitonic map differs from the radix map";
+    for (const char* select :
+         {static_cast<const char*>(nullptr), "fused", "fused16", "fused32", "fused48", "fused64"}) {
+      SCOPED_TRACE(select ? select : "TD_SLA_SELECT unset");
+      run(select, nullptr, true, true, 0x7F, lut, map);
+      EXPECT_TRUE(lut == ref_lut) << "the fused LUT differs from the two-kernel LUT";
+      EXPECT_TRUE(map == ref_map) << "the fused map differs from the two-kernel map";
+    }
+    run(nullptr, nullptr, true, false, 0x7F, lut, map);
+    EXPECT_TRUE(lut == ref_lut) << "LUT only: the fused LUT differs";
+    EXPECT_TRUE(std::all_of(map.begin(), map.end(), [](uint8_t x) { return x == 0x7F; })) << "LUT only: map written";
+    run(nullptr, nullptr, false, true, 0x7F, lut, map);
+    EXPECT_TRUE(map == ref_map) << "map only: the fused map differs";
+    EXPECT_TRUE(std::all_of(lut.begin(), lut.end(), [](int32_t x) { return x == 0x7F7F7F7F; }))
+        << "map only: LUT written";
+  }
+}
+
 // A tiny Wan DiT of random weights (same seed on CPU f32 and CUDA bf16):
 // head_dim 64 (the SLA kernels' smallest), latent 16 x 2 x 32 x 32 -> 512 tokens.
 models::wan::WanConfig tiny_config() {
@@ -1310,6 +1479,89 @@ TEST(SlaGpuWanDiT, CudaSlaForwardMatchesTheCpuSlaForward) {
   const auto acc2 = test::compare(dense, orig);
   std::printf("DiT sla topk 1 proj_l 0 vs original (cuda): %s\n", acc2.str().c_str());
   TD_EXPECT_CLOSE(acc2, 1e-2, 0.9999);
+}
+
+// The Staged K/V pass's two kernels: kv_partial_staged_kernel (the default:
+// φ(K)ᵀV over a 4 x 2 grid of warps, two φ rows per lane group, the sage
+// statistics from the mma fragments) against kv_partial_staged_row16_kernel
+// (TD_SLA_KV_MMA=row16: warp w on feature rows 16w .. 16w + 15, as up to
+// session 13), which feed every mma the same fragments in the same k order:
+// the chunk partials (φ(K)ᵀV, Σφ(K); with the statistics Σ K and max |V|)
+// byte for byte, compared as the whole linear workspace from identically
+// poisoned buffers (a partial the default left unwritten keeps the poison),
+// and the statistics folds' km / vscale / vinv. Fresh random K / V per case;
+// lengths 1, 63, 65, 1000, 4133, 20000, 32760 (one token, a partial first
+// tile, one row past a tile, partial last tiles and chunks), 1-3 heads, batch
+// 1-2, D 128 and 64, every feature map, both layouts; without the statistics
+// (sla_linear_prepare_cuda, then kv_project) and with them
+// (sla_linear_prepare_stats_cuda with the projection deferred: the K/V pass
+// and the statistics folds only).
+TEST(SlaGpu, KvPartialPartitionsEqualBitForBit) {
+  TD_REQUIRE_GPU();
+  const char* prior = std::getenv("TD_SLA_KV_MMA");
+  const std::string prior_value = prior ? prior : "";
+  auto restore = [&] {
+    if (prior) setenv("TD_SLA_KV_MMA", prior_value.c_str(), 1);
+    else unsetenv("TD_SLA_KV_MMA");
+  };
+  struct C {
+    int64_t B, L, H, D;
+    SlaFeatureMap fm;
+    bool bhld;
+  };
+  using F = SlaFeatureMap;
+  const C cases[] = {C{1, 1, 1, 128, F::Softmax, false},     C{1, 63, 2, 128, F::Softmax, true},
+                     C{1, 65, 3, 128, F::Softmax, false},    C{2, 1000, 2, 128, F::Elu, false},
+                     C{1, 4133, 3, 128, F::Relu, true},      C{1, 32760, 3, 128, F::Softmax, false},
+                     C{1, 20000, 2, 128, F::Softmax, true},  C{1, 1, 2, 64, F::Softmax, true},
+                     C{1, 65, 1, 64, F::Elu, false},         C{2, 1000, 3, 64, F::Softmax, false},
+                     C{1, 32760, 2, 64, F::Softmax, true},   C{1, 4133, 2, 64, F::Relu, false}};
+  for (const C& c : cases) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " fm " << int(c.fm)
+                                    << (c.bhld ? " bhld" : " blhd"));
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.bhld);
+    SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 64, 128, c.fm);
+    pd.linear_kernels = kernels::SlaLinearKernels::Staged;
+    const Tensor w = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor bias = test::randn_tensor({c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    const int64_t n = c.B * c.H * c.D;
+    void* st = cuda::current_stream();
+    for (const bool with_stats : {false, true}) {
+      SCOPED_TRACE(with_stats ? "K/V pass with sage statistics" : "K/V pass");
+      std::vector<std::vector<uint8_t>> wss, sts;
+      for (const bool row16 : {true, false}) {
+        Tensor ws = device_buffer({int64_t(ws_bytes)}, DType::U8);
+        Tensor stt = device_buffer({3, n}, DType::F32);
+        if (row16) setenv("TD_SLA_KV_MMA", "row16", 1);
+        else unsetenv("TD_SLA_KV_MMA");
+        Status s;
+        if (with_stats) {
+          kernels::SlaSageStats stats;
+          stats.km = stt.data<float>();
+          stats.vscale = stt.data<float>() + n;
+          stats.vinv = stt.data<float>() + 2 * n;
+          stats.defer_projection = true;
+          s = kernels::sla_linear_prepare_stats_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                                     bias.raw_data(), kernels::ElemType::F32, stats, ws.raw_data(),
+                                                     ws_bytes, st);
+        } else {
+          s = kernels::sla_linear_prepare_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(), bias.raw_data(),
+                                               kernels::ElemType::F32, ws.raw_data(), ws_bytes, st);
+        }
+        restore();
+        ASSERT_EQ(s, Status::Ok) << kernels::sla_last_error();
+        wss.push_back(download<uint8_t>(ws));
+        sts.push_back(download<uint8_t>(stt));
+      }
+      size_t first = 0;
+      while (first < wss[0].size() && wss[0][first] == wss[1][first]) ++first;
+      EXPECT_EQ(first, wss[0].size()) << "the linear workspace differs from byte " << first << " of " << ws_bytes;
+      if (with_stats) {
+        EXPECT_TRUE(sts[0] == sts[1]) << "the sage statistics differ";
+      }
+    }
+  }
 }
 
 }  // namespace

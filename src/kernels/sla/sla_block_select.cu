@@ -24,7 +24,10 @@
 //   From sums (sla_block_select_from_sums_cuda, SageSLA's fused path): no
 //      pooling or K mean kernel; the Tiled score kernel forms pooled Q and
 //      smoothed pooled K from the 64-token block sums the sage quantization
-//      pass wrote, then the same top-k.
+//      pass wrote, then the same top-k. By default one kernel does both
+//      (score_topk_fused_kernel: a CTA per group of query blocks, scores kept
+//      in shared memory, the warp radix select on them; the same LUT and map);
+//      TD_SLA_SELECT=two_kernel runs the two.
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -539,47 +542,51 @@ bool use_tiled_score(const SlaProblem& p) {
 }
 
 // The radix select with a warp per row (SlaTopkAlgo::Radix where a row has at
-// most 32·32 key blocks and n_sel <= kTopkWarpMaxSel): the same keys, digit
-// schedule, T and rank count as topk_radix_kernel, hence the same LUT and map
-// bit for bit, with the row's keys in registers (key j = lane + 32k of the
-// row), a 256-bin histogram per warp in shared memory and __syncwarp only.
+// most 32·32 key blocks and n_sel <= kTopkWarpMaxSel): the same keys and T as
+// topk_radix_kernel and the same rank count, hence the same LUT and map bit
+// for bit, with the row's keys in registers (key j = lane + 32k of the row), a
+// 256-bin histogram per warp in shared memory and __syncwarp only.
 // Why: topk_radix_kernel gives a row of 256 (1x12x32760) or 591 (1x40x75600)
 // keys a 256-thread CTA with 12 CTA barriers and one warp scanning while the
 // others wait: ~33 us for 6144 rows at 1x12x32760 under ncu, and about half
 // of the fused selection's 0.86 ms at 1x40x75600 (47280 rows).
 // Predicted (H200): 8 rows per CTA, six passes of ~150 cycles per warp:
-// ~10 us at 1x12x32760 and ~0.08 ms at 1x40x75600.
+// ~10 us at 1x12x32760 and ~0.08 ms at 1x40x75600. (Since the fused kernel:
+// four passes and a ballot walk for the index half, warp_radix_select_row.)
 constexpr int kTopkWarpRows = 8;      // rows (one per warp) per 256-thread CTA
 constexpr int kTopkWarpMaxSel = 640;  // 8 warps x n_sel x 8 B of selected keys <= 40 KB
 
-template <int KPL>
-__global__ void __launch_bounds__(kTopkWarpRows * 32) topk_radix_warp_kernel(const TopkParams p) {
-  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
-  pdl_launch_dependents();
-  extern __shared__ unsigned long long wsel[];  // [kTopkWarpRows][n_sel]
-  __shared__ __align__(16) unsigned whist[kTopkWarpRows][256];
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t row = int64_t(blockIdx.x) * kTopkWarpRows + warp;
-  if (row >= p.rows) return;  // whole warps: every __syncwarp below has all its lanes
-  const float* scores = p.scores + row * p.kblocks;
-  unsigned long long key[KPL];
-#pragma unroll
-  for (int k = 0; k < KPL; ++k) {
-    const int j = lane + 32 * k;
-    key[k] = j < p.kblocks ? (uint64_t(~ordered_bits(scores[j])) << 32) | uint32_t(j) : ~0ull;
-  }
-  unsigned* hist = whist[warp];
-  unsigned long long prefix = 0, mask = 0;
-  unsigned remaining = unsigned(p.n_sel);  // the rank (1-based) of T among the keys still matching
+// One row of the warp radix select, shared by topk_radix_warp_kernel (keys in
+// registers) and score_topk_fused_kernel (keys in shared memory): key_at(k) is
+// the 64-bit key of block j = lane + 32k, called only for j < kblocks. hist:
+// this warp's 256 bins (16-byte aligned); sel: its n_sel keys of scratch; lut /
+// map: the row's, or null. Every lane of the warp calls it. kUnroll: how far
+// the loops over k unroll (KPL where the keys sit in registers, whose indices
+// must be constants; less where they are re-read from shared memory).
+// The digits: the score half of the key (its top 32 bits) by four 8-bit
+// passes, which leave T's score and T's rank among the keys with that score
+// (`remaining`). Keys of one score order by index, and j = lane + 32k runs in
+// index order over (k, lane), so T's index is the remaining-th of those keys
+// in that order: a ballot per k finds it, where the two index passes (bits
+// 15..0) took two more histograms. The same T, so the same selection.
+template <int KPL, int kUnroll, typename KeyAt>
+__device__ __forceinline__ void warp_radix_select_row(const KeyAt& key_at, int kblocks, int n_sel, unsigned* hist,
+                                                      unsigned long long* sel, int32_t* lut, uint8_t* map,
+                                                      int lane) {
+  uint32_t prefix = 0, mask = 0;         // T's score half, digit by digit
+  unsigned remaining = unsigned(n_sel);  // the rank (1-based) of T among the keys still matching
 #pragma unroll 1
-  for (int pass = 0; pass < 6; ++pass) {
-    const int shift = pass < 4 ? 56 - 8 * pass : (pass == 4 ? 8 : 0);  // index digits: bits 0-15
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
 #pragma unroll
     for (int e = 0; e < 8; ++e) hist[e * 32 + lane] = 0;
     __syncwarp();
-#pragma unroll
+#pragma unroll kUnroll
     for (int k = 0; k < KPL; ++k)
-      if (lane + 32 * k < p.kblocks && (key[k] & mask) == prefix) atomicAdd(&hist[unsigned(key[k] >> shift) & 255u], 1u);
+      if (lane + 32 * k < kblocks) {
+        const uint32_t hi = uint32_t(key_at(k) >> 32);
+        if ((hi & mask) == prefix) atomicAdd(&hist[(hi >> shift) & 255u], 1u);
+      }
     __syncwarp();
     // The bin where the running count reaches `remaining` (lane l owns bins 8l .. 8l + 7).
     const uint4 h0 = *reinterpret_cast<const uint4*>(hist + lane * 8);
@@ -603,35 +610,329 @@ __global__ void __launch_bounds__(kTopkWarpRows * 32) topk_radix_warp_kernel(con
     const int owner = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;
     digit = __shfl_sync(0xffffffffu, digit, owner);
     run = __shfl_sync(0xffffffffu, run, owner);
-    prefix |= uint64_t(unsigned(digit)) << shift;
+    prefix |= unsigned(digit) << shift;
     remaining -= run;
-    mask |= 255ull << shift;
-    __syncwarp();  // every lane has read the histogram before the next pass clears it
+    mask |= 255u << shift;
+    __syncwarp();  // every lane has read the histogram before the next pass (or row) clears it
   }
-  const unsigned long long T = prefix;  // the n_sel-th smallest key itself
-  if (p.map) {
-    uint8_t* m = p.map + row * p.kblocks;
-#pragma unroll
+  // T's index: the remaining-th block, in index order, of those whose score half is `prefix`.
+  uint32_t t_index = 0;
+  unsigned need = remaining;  // warp-uniform, as are the ballots below
+  bool found = false;
+#pragma unroll kUnroll
+  for (int k = 0; k < KPL; ++k)
+    if (!found) {
+      const bool match = lane + 32 * k < kblocks && uint32_t(key_at(k) >> 32) == prefix;
+      const unsigned bal = __ballot_sync(0xffffffffu, match);
+      const unsigned count = __popc(bal);
+      if (need <= count) {
+        const bool hit = match && unsigned(__popc(bal & ((1u << lane) - 1u))) == need - 1;
+        t_index = uint32_t(32 * k + __ffs(__ballot_sync(0xffffffffu, hit)) - 1);
+        found = true;
+      } else {
+        need -= count;
+      }
+    }
+  const unsigned long long T = (uint64_t(prefix) << 32) | t_index;  // the n_sel-th smallest key itself
+  if (map) {
+#pragma unroll kUnroll
     for (int k = 0; k < KPL; ++k)
-      if (lane + 32 * k < p.kblocks) m[lane + 32 * k] = key[k] <= T ? 1 : 0;
+      if (lane + 32 * k < kblocks) map[lane + 32 * k] = key_at(k) <= T ? 1 : 0;
   }
-  if (!p.lut) return;
-  unsigned long long* sel = wsel + size_t(warp) * p.n_sel;
+  if (!lut) return;
   unsigned base = 0;
-#pragma unroll
+#pragma unroll kUnroll
   for (int k = 0; k < KPL; ++k) {
-    const bool take = lane + 32 * k < p.kblocks && key[k] <= T;
+    const bool take = lane + 32 * k < kblocks && key_at(k) <= T;
     const unsigned bal = __ballot_sync(0xffffffffu, take);
-    if (take) sel[base + __popc(bal & ((1u << lane) - 1u))] = key[k];
+    if (take) sel[base + __popc(bal & ((1u << lane) - 1u))] = key_at(k);
     base += __popc(bal);
   }
   __syncwarp();
-  for (int s = lane; s < p.n_sel; s += 32) {
+  for (int s = lane; s < n_sel; s += 32) {
     const unsigned long long x = sel[s];
     int rank = 0;
-    for (int t = 0; t < p.n_sel; ++t) rank += sel[t] < x;
-    p.lut[row * p.n_sel + rank] = int32_t(uint32_t(x));
+    for (int t = 0; t < n_sel; ++t) rank += sel[t] < x;
+    lut[rank] = int32_t(uint32_t(x));
   }
+  __syncwarp();  // every lane has read sel before this warp's next row gathers into it
+}
+
+// Registers: <= 128 (2 CTAs per SM) as before; KPL 16 (Wan 480p's 512 key
+// blocks of the `sla` path) <= 85, 3 CTAs per SM: 79 without spills (ptxas).
+template <int KPL>
+__global__ void __launch_bounds__(kTopkWarpRows * 32, KPL == 16 ? 3 : 2) topk_radix_warp_kernel(const TopkParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
+  extern __shared__ unsigned long long wsel[];  // [kTopkWarpRows][n_sel]
+  __shared__ __align__(16) unsigned whist[kTopkWarpRows][256];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t row = int64_t(blockIdx.x) * kTopkWarpRows + warp;
+  if (row >= p.rows) return;  // whole warps: every __syncwarp below has all its lanes
+  const float* scores = p.scores + row * p.kblocks;
+  unsigned long long key[KPL];
+#pragma unroll
+  for (int k = 0; k < KPL; ++k) {
+    const int j = lane + 32 * k;
+    key[k] = j < p.kblocks ? (uint64_t(~ordered_bits(scores[j])) << 32) | uint32_t(j) : ~0ull;
+  }
+  warp_radix_select_row<KPL, KPL>([&](int k) { return key[k]; }, p.kblocks, p.n_sel, whist[warp],
+                             wsel + size_t(warp) * p.n_sel, p.lut ? p.lut + row * p.n_sel : nullptr,
+                             p.map ? p.map + row * p.kblocks : nullptr, lane);
+}
+
+// Score and top-k in one kernel (sla_block_select_from_sums_cuda's default;
+// TD_SLA_SELECT=two_kernel runs score_tiled_kernel<true> then the top-k as
+// before). A CTA of 1024 threads takes `rows` (16, 32, 48 or 64) query blocks
+// of one (b, h) against all key blocks:
+//   1. pooled Q of its rows from the 64-token sums, all channels, transposed
+//      into shared memory ([channel][row], rows padded to 68 floats);
+//   2. the scores in chunks of 256 key blocks: smoothed pooled K staged in
+//      16-channel slices ([channel][key block], 260 floats a row), the next
+//      slice's sums loaded into registers while this one is multiplied, a 4 x 4
+//      register block per thread (warp w: rows 16(w/8).., key blocks 32(w%8)..
+//      of the chunk; lanes 4 x 8, so a channel is two 16-byte shared loads per
+//      warp of 64 and 128 contiguous bytes for 16 FMAs); each finished chunk
+//      leaves ~ordered_bits(score), the top half of the top-k key, in shared
+//      memory (rows x key blocks, 4 B each);
+//   3. a warp per row (rows warp, warp + 32) runs warp_radix_select_row on those
+//      keys: the LUT and map of topk_radix_warp_kernel.
+// The scores never reach global memory: no reader of the workspace's score
+// slot exists after this call (ops::sla's fused path reads only the LUT).
+// The same bits as the two kernels: pooled Q and K are the values
+// score_tiled_kernel<true> stages (the same float4 sums over the 64-token
+// blocks in the same order, then / tokens; div_tokens multiplies by 1/n where
+// n is a power of two, which rounds the same exact quotient), every score is
+// fmaf(q_c, k_c, acc) from 0.f for c = 0, 1, ... in order (the channels padded
+// with zeros to a multiple of 16 here and of 32 there: fmaf(0, 0, acc) is acc,
+// or +0 for -0, the same key), and the key is (~ordered_bits(score) << 32) | j
+// as in the top-k kernels.
+// Why one CTA per row group: the two kernels cost ~45 us at 1x12x32760 for
+// 201 M FMA (6 us of the H200's FP32 issue); a launch, a 6 MB score round trip
+// through L2 and two latency-bound tails go. Rows per CTA: each CTA pools all
+// of K (KB x block_k/64 x D x 4 B from L2: 256 KB at 1x12x32760), so few big
+// row groups keep that traffic near the FMA rate (FMA per byte = rows / 8 at
+// 128-key blocks); 32 warps keep the top-k's latency-bound rows two per warp.
+// One CTA per SM (1024 threads x 64 registers, no spills in ptxas -v);
+// launch_fused_select picks the row count whose ceil(CTAs / SMs) x (rows + 16)
+// is least among those whose shared memory fits the device: keys rows x KB x
+// 4 B + max(staging: Q 34 KB + K 16 KB at D = 128, top-k scratch: 32 x (1 KB
+// of histogram + 8 n_sel B of selected keys)).
+// Predicted (H200, 132 SMs, ~1.9 GHz, 4 x 32 FP32 lanes per SM):
+//   1x12x32760 (QB 512, KB 256, n_sel 25): 48 rows -> 11 x 12 = 132 CTAs, one
+//   wave, 98 KB of shared memory. Per CTA 48·256·128 = 1.57 M FMA = 49 K warp
+//   FFMA + 6 K shared loads over 24 warps: ~14 K cycles (~7 us) at ~85% issue;
+//   its 256 KB of K sums (34 MB in all) come at ~25 B/clk/SM under the FMAs
+//   (prefetched a slice ahead); top-k 48 rows x ~0.85 K warp instructions
+//   (4 histogram passes of ~136, the index walk, gather, 25-key rank count)
+//   = 41 K over 4 schedulers: ~10 K cycles (~5 us); PDL wait, Q sums and the
+//   first slice ~1-2 us. ~14 us instead of ~45 us.
+//   1x40x75600 (QB 1182, KB 591, n_sel 59): 64 rows -> 19 x 40 = 760 CTAs,
+//   5.8 waves of 132, 198 KB. Per CTA 64·591·128 = 4.84 M FMA: ~44 K cycles
+//   (22 us; 605 KB of K sums per CTA, 0.46 GB in all, under it); top-k 64 rows
+//   x ~1.5 K = 97 K warp instructions: ~24 K cycles (12 us). ~36 us a wave,
+//   ~0.21 ms; the FMA floor alone is 3.58 G FMA / (132·128·1.9 GHz) = 0.11 ms.
+constexpr int kFusedThreads = 1024;
+constexpr int kFusedMaxRows = 64;
+constexpr int kFusedKC = 256;                   // key blocks per chunk
+constexpr int kFusedCS = 16;                    // channels per staged K slice
+constexpr int kFusedQStride = kFusedMaxRows + 4;
+constexpr int kFusedKStride = kFusedKC + 4;
+constexpr int kFusedStageLanes = kFusedCS / 4;                        // threads per key block's slice row
+constexpr int kFusedStageKeys = kFusedThreads / kFusedStageLanes;       // key blocks per staging float4
+constexpr int kFusedStage = kFusedKC / kFusedStageKeys;                 // float4 of K per thread per slice
+constexpr int kFusedWarps = kFusedThreads / 32;
+constexpr int kFusedSelectUnroll = 4;  // the keys are re-read from shared memory: no registers to keep them in
+static_assert(kFusedThreads == (kFusedMaxRows / 4) * (kFusedKC / 4), "one 4 x 4 register block per thread");
+static_assert(kFusedStage * kFusedStageKeys == kFusedKC && kFusedStage * kFusedThreads * 4 == kFusedKC * kFusedCS,
+              "the staging covers a slice");
+
+struct FusedSelectParams {
+  const float* q_sum;  // 64-token Q sums [BH, q_sub_stride, D]
+  const float* k_sum;  // smoothed 64-key K sums [BH, k_sub_stride, D]
+  int32_t* lut;        // [B, H, QB, n_sel] or null
+  uint8_t* map;        // [B, H, QB, KB] or null
+  int heads, dim, qblocks, kblocks, len, block_q, block_k, q_sub, k_sub, n_sel;
+  int rows;            // query blocks per CTA: a multiple of 16, <= kFusedMaxRows
+  int key_stride;      // keys per row of the shared key array (kblocks rounded up to 4)
+  int scratch;         // byte offset of the staging / top-k scratch in shared memory
+  int64_t q_sub_stride, k_sub_stride;
+};
+
+// v / n per component, the bits of the IEEE quotient: where n is a power of two
+// (full blocks of 64 / 128 tokens), v·(1/n) with 1/n exact is the same exact
+// value rounded the same way (no flush to zero in this build), in one multiply.
+__device__ __forceinline__ float4 div_tokens(float4 v, int n) {
+  if ((n & (n - 1)) == 0) {
+    const float r = __int_as_float((128 - __ffs(n)) << 23);  // 2^-(ffs(n) - 1) = 1/n, n <= 2^30
+    return make_float4(v.x * r, v.y * r, v.z * r, v.w * r);
+  }
+  const float f = float(n);
+  return make_float4(v.x / f, v.y / f, v.z / f, v.w / f);
+}
+
+template <int KPL>
+__global__ void __launch_bounds__(kFusedThreads, 1) score_topk_fused_kernel(const FusedSelectParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
+  extern __shared__ __align__(16) unsigned char fused_smem[];
+  uint32_t* const skey = reinterpret_cast<uint32_t*>(fused_smem);  // [rows][key_stride]
+  const int dpad = (p.dim + kFusedCS - 1) / kFusedCS * kFusedCS;
+  float* const qs = reinterpret_cast<float*>(fused_smem + p.scratch);  // [dpad][kFusedQStride]
+  float* const ks = qs + dpad * kFusedQStride;                          // [kFusedCS][kFusedKStride]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int i0 = blockIdx.x * p.rows;
+  const int64_t bh = int64_t(blockIdx.z) * p.heads + blockIdx.y;
+  const int rows_here = min(p.rows, p.qblocks - i0);
+
+  // 1. Pooled Q (lanes along rows: conflict-free transposed stores).
+  for (int e = tid; e < p.rows * (dpad / 4); e += kFusedThreads) {
+    const int r = e % p.rows, c = e / p.rows * 4;
+    float4 qv = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows_here && c < p.dim) {  // dim % 4 == 0: a float4 is all in or all out
+      const int i = i0 + r;
+      const float* src = p.q_sum + (bh * p.q_sub_stride + int64_t(i) * p.q_sub) * p.dim + c;
+      qv = *reinterpret_cast<const float4*>(src);
+      for (int s = 1; s < p.q_sub; ++s) {
+        const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+        qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
+      }
+      qv = div_tokens(qv, min(p.len, (i + 1) * p.block_q) - i * p.block_q);
+    }
+    qs[(c + 0) * kFusedQStride + r] = qv.x;
+    qs[(c + 1) * kFusedQStride + r] = qv.y;
+    qs[(c + 2) * kFusedQStride + r] = qv.z;
+    qs[(c + 3) * kFusedQStride + r] = qv.w;
+  }
+
+  // 2. Scores. Step = (chunk, slice), slices innermost. Staging: 4 threads per
+  // key block (the slice's 64 contiguous bytes of each sum), float4 h at key
+  // block sk + kFusedStageKeys·h of the chunk.
+  const int slices = dpad / kFusedCS;
+  const int steps = (p.kblocks + kFusedKC - 1) / kFusedKC * slices;
+  const int sk = tid / kFusedStageLanes, sc = tid % kFusedStageLanes * 4;
+  float4 s0[kFusedStage], s1[kFusedStage];  // sub-block sums 0 and 1 (k_sub == 2: added at staging)
+  auto fetch = [&](int chunk, int slice) {
+    const int c = slice * kFusedCS + sc;
+#pragma unroll
+    for (int h = 0; h < kFusedStage; ++h) {
+      const int j = chunk * kFusedKC + sk + h * kFusedStageKeys;
+      s0[h] = s1[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (j < p.kblocks && c < p.dim) {
+        const float* src = p.k_sum + (bh * p.k_sub_stride + int64_t(j) * p.k_sub) * p.dim + c;
+        s0[h] = *reinterpret_cast<const float4*>(src);
+        if (p.k_sub == 2) {
+          s1[h] = *reinterpret_cast<const float4*>(src + p.dim);
+        } else {
+          for (int s = 1; s < p.k_sub; ++s) {  // the same order as score_tiled_kernel's sum
+            const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+            s0[h].x += a.x, s0[h].y += a.y, s0[h].z += a.z, s0[h].w += a.w;
+          }
+        }
+      }
+    }
+  };
+  auto stage = [&](int chunk) {
+#pragma unroll
+    for (int h = 0; h < kFusedStage; ++h) {
+      const int kk = sk + h * kFusedStageKeys, j = chunk * kFusedKC + kk;
+      float4 kv = s0[h];
+      if (p.k_sub == 2) kv.x += s1[h].x, kv.y += s1[h].y, kv.z += s1[h].z, kv.w += s1[h].w;
+      if (j < p.kblocks) kv = div_tokens(kv, min(p.len, (j + 1) * p.block_k) - j * p.block_k);
+      ks[(sc + 0) * kFusedKStride + kk] = kv.x;
+      ks[(sc + 1) * kFusedKStride + kk] = kv.y;
+      ks[(sc + 2) * kFusedKStride + kk] = kv.z;
+      ks[(sc + 3) * kFusedKStride + kk] = kv.w;
+    }
+  };
+  const int wr = warp / 8, wc = warp % 8;
+  const int r0 = 16 * wr + 4 * (lane / 8);  // this thread's rows r0 .. r0 + 3
+  const int kq = 32 * wc + 4 * (lane % 8);  // and key blocks kq .. kq + 3 of the chunk
+  const bool warp_rows = 16 * wr < rows_here;
+  float acc[4][4];
+#pragma unroll
+  for (int x = 0; x < 4; ++x)
+#pragma unroll
+    for (int y = 0; y < 4; ++y) acc[x][y] = 0.f;
+  int chunk = 0, slice = 0;
+  fetch(0, 0);
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    stage(chunk);
+    __syncthreads();  // (the first one also covers pooled Q)
+    const int next_slice = slice + 1 == slices ? 0 : slice + 1, next_chunk = next_slice == 0 ? chunk + 1 : chunk;
+    if (step + 1 < steps) fetch(next_chunk, next_slice);  // in flight during the FMAs below
+    const bool active = warp_rows && chunk * kFusedKC + 32 * wc < p.kblocks;  // warp-uniform
+    if (active) {
+      const float* qc = qs + slice * kFusedCS * kFusedQStride + r0;
+      const float* kc = ks + kq;
+#pragma unroll
+      for (int c = 0; c < kFusedCS; ++c) {
+        const float4 a = *reinterpret_cast<const float4*>(qc + c * kFusedQStride);
+        const float4 b = *reinterpret_cast<const float4*>(kc + c * kFusedKStride);
+        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
+      }
+    }
+    if (slice == slices - 1) {  // the chunk's scores are complete
+      if (active)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          if (r0 + x >= rows_here) continue;
+          uint32_t* row = skey + (r0 + x) * p.key_stride;
+#pragma unroll
+          for (int y = 0; y < 4; ++y) {
+            const int j = chunk * kFusedKC + kq + y;
+            if (j < p.kblocks) row[j] = ~ordered_bits(acc[x][y]);
+          }
+        }
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) acc[x][y] = 0.f;
+    }
+    __syncthreads();  // the slice is consumed before the next is staged (and, last, before the top-k's scratch)
+    chunk = next_chunk, slice = next_slice;
+  }
+
+  // 3. Top-k: a warp per row; hist and sel reuse the staging memory.
+  unsigned* const hist = reinterpret_cast<unsigned*>(fused_smem + p.scratch) + warp * 256;
+  unsigned long long* const sel =
+      reinterpret_cast<unsigned long long*>(fused_smem + p.scratch + kFusedWarps * 256 * 4) + size_t(warp) * p.n_sel;
+  for (int r = warp; r < rows_here; r += kFusedWarps) {  // warp-uniform
+    const uint32_t* keys = skey + r * p.key_stride;
+    const int64_t row = bh * p.qblocks + i0 + r;
+    warp_radix_select_row<KPL, kFusedSelectUnroll>(
+        [&](int k) {
+          const int j = lane + 32 * k;
+          return (uint64_t(keys[j]) << 32) | uint32_t(j);
+        },
+        p.kblocks, p.n_sel, hist, sel, p.lut ? p.lut + row * p.n_sel : nullptr,
+        p.map ? p.map + row * p.kblocks : nullptr, lane);
+  }
+}
+
+// Shared memory of score_topk_fused_kernel for `rows` query blocks per CTA.
+size_t fused_smem_bytes(int rows, int64_t KB, int64_t D, int64_t n_sel) {
+  const size_t keys = size_t(rows) * size_t((KB + 3) / 4 * 4) * 4;
+  const size_t dpad = size_t((D + kFusedCS - 1) / kFusedCS * kFusedCS);
+  const size_t staging = (dpad * kFusedQStride + size_t(kFusedCS) * kFusedKStride) * 4;
+  const size_t topk = size_t(kFusedWarps) * (256 * 4 + size_t(n_sel) * 8);
+  return keys + (staging > topk ? staging : topk);
+}
+
+// The top-k algorithm p asks for (Auto: read per call from TD_SLA_TOPK).
+SlaTopkAlgo resolve_topk_algo(const SlaProblem& p) {
+  if (p.topk_algo != SlaTopkAlgo::Auto) return p.topk_algo;
+  const char* env = std::getenv("TD_SLA_TOPK");
+  // Radix: 0.18 vs 0.21 ms at 1x12x32760 and 1.95-2.07 vs 3.6 ms at
+  // 1x40x75600 on the H200 (2026-11-30), the same LUT (GPU tests passed).
+  return env && std::strcmp(env, "bitonic") == 0     ? SlaTopkAlgo::Bitonic
+         : env && std::strcmp(env, "radix_cta") == 0 ? SlaTopkAlgo::RadixCta
+                                                     : SlaTopkAlgo::Radix;
 }
 
 // The top-k of every query block's row of scores into the LUT / map (either algorithm: the same result).
@@ -650,15 +951,7 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
   tp.lut = lut;
   tp.map = block_map;
   tp.rows = p.batch * p.heads * QB;
-  SlaTopkAlgo algo = p.topk_algo;
-  if (algo == SlaTopkAlgo::Auto) {
-    const char* env = std::getenv("TD_SLA_TOPK");
-    // Radix: 0.18 vs 0.21 ms at 1x12x32760 and 1.95-2.07 vs 3.6 ms at
-    // 1x40x75600 on the H200 (2026-11-30), the same LUT (GPU tests passed).
-    algo = env && std::strcmp(env, "bitonic") == 0     ? SlaTopkAlgo::Bitonic
-           : env && std::strcmp(env, "radix_cta") == 0 ? SlaTopkAlgo::RadixCta
-                                                       : SlaTopkAlgo::Radix;
-  }
+  const SlaTopkAlgo algo = resolve_topk_algo(p);
   if (algo == SlaTopkAlgo::Radix && KB <= 32 * 32 && tp.n_sel <= kTopkWarpMaxSel) {
     const unsigned grid = unsigned((tp.rows + kTopkWarpRows - 1) / kTopkWarpRows);
     const size_t smem = size_t(kTopkWarpRows) * size_t(tp.n_sel) * 8;
@@ -700,6 +993,90 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
   return launch_error(launch_pdl(true, topk_kernel, dim3(unsigned(QB), unsigned(p.heads), unsigned(p.batch)),
                                  dim3(kTopkThreads), smem, st, tp),
                       "topk");
+}
+
+// The from-sums selection by score_topk_fused_kernel, where it takes the
+// problem; *launched false (and Ok) where the caller runs the two kernels:
+//   - TD_SLA_SELECT=two_kernel (read per call, for A/B), or a top-k other than
+//     Radix asked for (p.topk_algo / TD_SLA_TOPK): those run as asked;
+//   - rows of more than 32·32 key blocks or n_sel > kTopkWarpMaxSel (the warp
+//     select's limits: a lane holds 32 keys at most, and the rank count is
+//     quadratic in n_sel), or no row count whose shared memory fits the device
+//     (e.g. n_sel = 640: 192 KB of top-k scratch).
+// TD_SLA_SELECT=fused16 / fused32 / fused48 / fused64 fixes the rows per CTA
+// (where they fit) instead of the wave count below, for measuring.
+Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_sub_stride, const float* k_sum64,
+                           int64_t k_sub_stride, uint8_t* block_map, int32_t* lut, cudaStream_t st, bool* launched) {
+  *launched = false;
+  const char* env = std::getenv("TD_SLA_SELECT");
+  if (env && std::strcmp(env, "two_kernel") == 0) return Status::Ok;
+  if (resolve_topk_algo(p) != SlaTopkAlgo::Radix) return Status::Ok;
+  const int64_t QB = p.query_blocks(), KB = p.key_blocks(), n_sel = sla_selected_blocks(p.topk, KB);
+  if (KB > 32 * 32 || n_sel > kTopkWarpMaxSel) return Status::Ok;
+  int dev = 0, sms = 0, smem_max = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();
+    return Status::Ok;
+  }
+  int forced = 0;
+  if (env && std::strncmp(env, "fused", 5) == 0) forced = std::atoi(env + 5);
+  int rows = 0;
+  int64_t best = 0;
+  for (const int r : {64, 48, 32, 16}) {
+    if (fused_smem_bytes(r, KB, p.head_dim, n_sel) > size_t(smem_max)) continue;
+    if (r == forced) {
+      rows = r;
+      break;
+    }
+    // One CTA per SM: whole waves of `sms` CTAs, each ~ (rows + 16) rows' time
+    // (16: its K pooling and the top-k / prologue latency, in rows).
+    const int64_t ctas = (QB + r - 1) / r * p.batch * p.heads, cost = (ctas + sms - 1) / sms * (r + 16);
+    if (rows == 0 || cost < best) rows = r, best = cost;
+  }
+  if (rows == 0) return Status::Ok;
+  FusedSelectParams fp;
+  fp.q_sum = q_sum64;
+  fp.k_sum = k_sum64;
+  fp.lut = lut;
+  fp.map = block_map;
+  fp.heads = int(p.heads);
+  fp.dim = int(p.head_dim);
+  fp.qblocks = int(QB);
+  fp.kblocks = int(KB);
+  fp.len = int(p.len);
+  fp.block_q = int(p.block_q);
+  fp.block_k = int(p.block_k);
+  fp.q_sub = int(p.block_q / 64);
+  fp.k_sub = int(p.block_k / 64);
+  fp.n_sel = int(n_sel);
+  fp.rows = rows;
+  fp.key_stride = int((KB + 3) / 4 * 4);
+  fp.scratch = rows * fp.key_stride * 4;
+  fp.q_sub_stride = q_sub_stride;
+  fp.k_sub_stride = k_sub_stride;
+  const size_t smem = fused_smem_bytes(rows, KB, p.head_dim, n_sel);
+  const dim3 grid(unsigned((QB + rows - 1) / rows), unsigned(p.heads), unsigned(p.batch));
+  auto go = [&](auto kpl) -> Status {
+    constexpr int kKPL = decltype(kpl)::value;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(score_topk_fused_kernel<kKPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(smem)) != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Ok;  // not launched: the two kernels run
+    }
+    *launched = true;
+    return launch_error(
+        launch_pdl(true, score_topk_fused_kernel<kKPL>, grid, dim3(kFusedThreads), smem, st, fp),
+        "score_topk_fused");
+  };
+  if (KB <= 64) return go(std::integral_constant<int, 2>{});
+  if (KB <= 128) return go(std::integral_constant<int, 4>{});
+  if (KB <= 256) return go(std::integral_constant<int, 8>{});
+  if (KB <= 512) return go(std::integral_constant<int, 16>{});
+  if (KB <= 768) return go(std::integral_constant<int, 24>{});
+  return go(std::integral_constant<int, 32>{});
 }
 
 }  // namespace
@@ -816,6 +1193,10 @@ Status sla_block_select_from_sums_cuda(const SlaProblem& p, const float* q_sum64
                                                  std::to_string(KB * (p.block_k / 64)));
   if (!lut && !block_map) return Status::Ok;
   const auto st = static_cast<cudaStream_t>(stream);
+  bool fused = false;
+  if (Status s = launch_fused_select(p, q_sum64, q_sub_stride, k_sum64, k_sub_stride, block_map, lut, st, &fused);
+      s != Status::Ok || fused)
+    return s;
   const size_t bh = size_t(p.batch * p.heads), d = size_t(p.head_dim);
   char* const ws = static_cast<char*>(workspace);
   float* const scores =
