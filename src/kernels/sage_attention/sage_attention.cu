@@ -549,6 +549,306 @@ __global__ void __launch_bounds__(kPrepThreads, 5) quant_direct_kernel(const Pre
 }
 
 // ---------------------------------------------------------------------------
+// Quantize pass, Direct variant, staged (what SageQuantKernel::Direct and Auto
+// run since session 14; TD_SAGE_QUANT=direct1 runs quant_direct_kernel above):
+// the same bytes as quant_kernel, from the same fp32 operations per element in
+// the same order. Why quant_direct_kernel stays at ~82% of a copy's bandwidth
+// (136.5 us under ncu at 1x12x32760x128: DRAM 67% of peak, issue slots 50%,
+// 29.6% occupancy):
+//  - its loads land in registers (8 x uint4 per thread: 32 of its 96, with the
+//    8 km, Q's 8 sums and 16 row scales, K's addresses), so the SM holds 5 CTAs
+//    (20 warps) and a CTA has nothing in flight while it computes; the SM's
+//    bytes in flight rise and fall with its few CTAs' phases (stalls on the
+//    first unpack after the loads: 36% of the samples, long scoreboard 45.6%
+//    in all, 29% of them with nothing else to issue);
+//  - the CTA order (heads in blockIdx.y) has the ~660 resident CTAs read 256
+//    bytes of every 3 KB token row (BLHD, H 12) and the other 11 heads' bytes of
+//    those rows ~2 waves later: each DRAM page is opened once per head;
+//  - Q spent ~300 of its 1324 instructions per thread on each row's two 4-step
+//    butterflies and two IEEE divisions, done alike by the row's 16 lanes; km
+//    and the V scales came as eight 4-byte loads (22% of the sectors asked for
+//    were excess), V's each behind the previous channel's store.
+// Here:
+//  - every row is copied into shared memory by cp.async (the block's 64 rows,
+//    16 KB; each thread reads back only the slots it copied, so the wait needs
+//    no barrier): the bytes in flight hold no registers, and a CTA's 16 KB are
+//    all requested within its first ~100 instructions. 56 registers
+//    (__launch_bounds__(128, 9); at 48, for 10 CTAs, Q spills) and 20.6 KB of
+//    shared memory (+1 KB reserved; carveout set to the maximum): 9 CTAs, 36
+//    warps per SM, up to 144 KB requested per SM against the ~27 KB that
+//    Little's law asks for (3.5 TB/s x ~1 us / 132 SMs);
+//  - the grid has the heads in blockIdx.x (head-minor order), so the 12 (40)
+//    CTAs of one 64-token block run together and read whole token rows;
+//    TD_SAGE_QUANT=direct_head_major keeps the old order for A/B;
+//  - Q: each quartet of a thread's rows is reduced over the row's lanes by a
+//    transposed butterfly (row_group_total4: 16 instead of 32 instructions per
+//    quantity and quartet, the same pairings); lane c then owns row c & 3,
+//    divides once for it and hands 127 / amax to the row's lanes by one shuffle
+//    per row; lanes 0..3 store the quartet's scales and q·km;
+//  - K: the block sums and the warp amaxes go to shared memory before the one
+//    barrier, which serves both (no third pass over the rows for the sums); the
+//    codes re-read the rows from shared memory after it instead of keeping 32
+//    raw registers across it;
+//  - km / vinv as two 16-byte loads ahead of the math; Vᵀ converts 4 channels
+//    at a time from 8-byte shared loads.
+// SASS per thread (sm_90a, with the sums): Q ~990, K ~910, Vᵀ ~330
+// instructions (was 1324, 1032, 385): ~55 M warp instructions instead of 69.8 M
+// at 1x12x32760, 104 k issue cycles per scheduler = 54 us at 1.92 GHz.
+// Prediction (H200): 1x12x32760x128 reads 302 MB and writes 151 MB of codes +
+// 6.3 MB of sums + 3.1 MB of row scales: 462 MB, at ~3.7 TB/s (94% of the 3.94
+// TB/s copy ceiling) 125 us, with issue ~44% busy: ~0.125 ms under ncu, ~0.13
+// in bench_sla (was 0.1365 / 0.1436-0.145). 1x40x75600x128: 2.32 GB + 1.23 GB
+// = 3.55 GB: ~0.96 ms (was 1.015, already ~3.5 TB/s).
+__device__ __forceinline__ float bf16_at(const uint2& r, int i) {
+  const uint32_t w = i < 2 ? r.x : r.y;
+  return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
+// cp_async_16 that fills the 16 bytes with zeros, reading nothing, where !valid
+// (a padded row: src may lie past the tensor). One instruction either way: a
+// plain zero store before a copy to the same slot costs three more (ptxas
+// orders the two writes).
+__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ void load8(const float* src, float (&v)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(src)), c = __ldg(reinterpret_cast<const float4*>(src) + 1);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+}
+
+// The total over a row group's kC lanes (16 or 8, lane = chunk) of four rows'
+// per-lane partials v0..v3 (kMax: fmaxf, else +), lane c ending with row c & 3.
+// The per-row xor butterfly 1, 2, 4 (, 8) costs 2·log2(kC) instructions per
+// row; here the xor-1 step sends the two rows this lane drops and combines the
+// two it keeps, the xor-2 step likewise with one of the two, and the rest is
+// the plain butterfly on that row: 16 instructions for the four rows (kC 16),
+// with every combination pairing the same two partial values as the per-row
+// butterfly does (a + b == b + a bit for bit): the same totals.
+template <int kC, bool kMax>
+__device__ __forceinline__ float row_group_total4(float v0, float v1, float v2, float v3, int chunk) {
+  const auto op = [](float a, float b) { return kMax ? fmaxf(a, b) : a + b; };
+  const bool b0 = chunk & 1, b1 = chunk & 2;
+  const float w0 = op(b0 ? v1 : v0, __shfl_xor_sync(0xffffffffu, b0 ? v0 : v1, 1));  // row b0
+  const float w1 = op(b0 ? v3 : v2, __shfl_xor_sync(0xffffffffu, b0 ? v2 : v3, 1));  // row 2 + b0
+  float z = op(b1 ? w1 : w0, __shfl_xor_sync(0xffffffffu, b1 ? w0 : w1, 2));          // row chunk & 3
+#pragma unroll
+  for (int off = 4; off < kC; off <<= 1) z = op(z, __shfl_xor_sync(0xffffffffu, z, off));
+  return z;
+}
+
+constexpr int kStagedCtasPerSm = 9;
+
+// Grid: (64-row blocks, H, B), or (H, blocks, B) when head_minor.
+template <int D, bool kPool = false>
+__global__ void __launch_bounds__(kPrepThreads, kStagedCtasPerSm)
+    quant_staged_kernel(const PrepParams p, const PoolOut pool, const int head_minor) {
+  constexpr int kC = D / 8;
+  constexpr int kRows = kPrepThreads / kC;
+  constexpr int kPerThread = 64 / kRows;
+  constexpr int kVTasks = kC * 8;  // Vᵀ: channel chunks x runs of 8 permuted keys (D 64: half the threads idle)
+  static_assert(kPerThread % 4 == 0, "Q rows are reduced four at a time");
+  __shared__ uint4 s_rows[64 * kC];  // the block's rows, one 16-byte slot per copy
+  __shared__ float s_pool[kPool ? kRows : 1][D];
+  __shared__ float s_red[kPrepThreads / 32];
+  const int tid = threadIdx.x, chunk = tid % kC, rsub = tid / kC;
+  const int h = head_minor ? blockIdx.x : blockIdx.y, b = blockIdx.z;
+  int blk = head_minor ? blockIdx.y : blockIdx.x;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const int nq = p.lq_pad / 64, nk = p.lk_pad / 64;
+
+  // Row j of this thread (Q, K, FP16 V: token blk·64 + j·kRows + rsub, channels
+  // chunk·8 ..) into slot j·128 + tid; a padded row is zeros.
+  auto stage_rows = [&](const __nv_bfloat16* g, int64_t token, int len) {
+    const __nv_bfloat16* src = g + int64_t(blk * 64 + rsub) * token;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      cp_async_16_or_zeros(uint32_t(__cvta_generic_to_shared(&s_rows[j * kPrepThreads + tid])), src,
+                           blk * 64 + j * kRows + rsub < len);
+      src += kRows * token;
+    }
+    cp_async_commit();
+  };
+  // Σ over the kRows row groups of each thread's column sums, in group order.
+  static_assert(D <= kPrepThreads, "one block-sum column per thread");
+  auto store_pool = [&](float* out) {
+    if (tid < D) {
+      float s = s_pool[0][tid];
+#pragma unroll
+      for (int r = 1; r < kRows; ++r) s += s_pool[r][tid];
+      out[tid] = s;
+    }
+  };
+
+  if (blk < nq) {
+    stage_rows(p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + chunk * 8, p.qs.token, p.len_q);
+    float kmv[8], qsum[8];
+    load8(p.km + bh * D + chunk * 8, kmv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qsum[i] = 0.f;
+    uint8_t* q_out = p.qi8 + (bh * p.lq_pad + blk * 64 + rsub) * D + chunk * 8;  // row j at + j·kRows·D
+    cp_async_wait<0>();
+#pragma unroll
+    for (int g = 0; g < kPerThread / 4; ++g) {
+      // Rows 4g .. 4g + 3; a padded row is zeros: x 0, amax 0, dot +0, as the default's branch.
+      uint4 raw[4];
+      float amax[4], dot[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        raw[r] = s_rows[(4 * g + r) * kPrepThreads + tid];
+        amax[r] = 0.f, dot[r] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float x = bf16_at(raw[r], i);
+          amax[r] = fmaxf(amax[r], fabsf(x));
+          dot[r] = fmaf(x, kmv[i], dot[r]);
+          if constexpr (kPool) qsum[i] += x;
+        }
+      }
+      const float row_amax = row_group_total4<kC, true>(amax[0], amax[1], amax[2], amax[3], chunk);
+      const float row_dot = row_group_total4<kC, false>(dot[0], dot[1], dot[2], dot[3], chunk);
+      const float row_inv = row_amax > 0.f ? 127.f / row_amax : 0.f;
+      if (chunk < 4) {
+        const int64_t row = bh * p.lq_pad + blk * 64 + rsub + (4 * g + chunk) * kRows;
+        p.qscale[row] = (row_amax / 127.f) * p.scale_log2;
+        p.qkm[row] = row_dot * p.scale;
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float inv = __shfl_sync(0xffffffffu, row_inv, r, kC);
+        uint2 w;
+        w.x = pack_i8x4_in_range(bf16_at(raw[r], 0) * inv, bf16_at(raw[r], 1) * inv, bf16_at(raw[r], 2) * inv,
+                                 bf16_at(raw[r], 3) * inv);
+        w.y = pack_i8x4_in_range(bf16_at(raw[r], 4) * inv, bf16_at(raw[r], 5) * inv, bf16_at(raw[r], 6) * inv,
+                                 bf16_at(raw[r], 7) * inv);
+        *reinterpret_cast<uint2*>(q_out + (4 * g + r) * kRows * D) = w;
+      }
+    }
+    if constexpr (kPool) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s_pool[rsub][chunk * 8 + i] = qsum[i];
+      __syncthreads();
+      store_pool(pool.q_sum64 + (bh * nq + blk) * D);
+    }
+    return;
+  }
+  blk -= nq;
+  if (blk < nk) {
+    stage_rows(p.k + int64_t(b) * p.ks.batch + int64_t(h) * p.ks.head + chunk * 8, p.ks.token, p.len_kv);
+    float kmv[8];
+    load8(p.km + bh * D + chunk * 8, kmv);
+    cp_async_wait<0>();
+    // Smoothed key j, channel i; padded keys are 0 (not -km), as the default.
+    // kFull: a block with no padded key (all but the last): no validity select.
+    auto xk = [&](const uint4& raw, int j, int i, auto full_c) {
+      if constexpr (decltype(full_c)::value) return bf16_at(raw, i) - kmv[i];
+      else return blk * 64 + j * kRows + rsub < p.len_kv ? bf16_at(raw, i) - kmv[i] : 0.f;
+    };
+    auto k_block = [&](auto full_c) {
+      float amax = 0.f, ksum[8];
+      (void)ksum;  // kPool only
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const uint4 raw = s_rows[j * kPrepThreads + tid];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float x = xk(raw, j, i, full_c);
+          amax = fmaxf(amax, fabsf(x));
+          if constexpr (kPool) ksum[i] = j == 0 ? x : ksum[i] + x;  // rows in order, from row 0's value
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      if (tid % 32 == 0) s_red[tid / 32] = amax;
+      if constexpr (kPool) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s_pool[rsub][chunk * 8 + i] = ksum[i];
+      }
+      __syncthreads();  // the block amax and the block sums
+#pragma unroll
+      for (int w = 0; w < kPrepThreads / 32; ++w) amax = fmaxf(amax, s_red[w]);
+      if constexpr (kPool) store_pool(pool.k_sum64 + (bh * nk + blk) * D);
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      uint8_t* k_out = p.ki8 + (bh * p.lk_pad + blk * 64 + rsub) * D + chunk * 8;  // row j at + j·kRows·D
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const uint4 raw = s_rows[j * kPrepThreads + tid];
+        uint2 w;
+        w.x = pack_i8x4_in_range(xk(raw, j, 0, full_c) * inv, xk(raw, j, 1, full_c) * inv,
+                                 xk(raw, j, 2, full_c) * inv, xk(raw, j, 3, full_c) * inv);
+        w.y = pack_i8x4_in_range(xk(raw, j, 4, full_c) * inv, xk(raw, j, 5, full_c) * inv,
+                                 xk(raw, j, 6, full_c) * inv, xk(raw, j, 7, full_c) * inv);
+        *reinterpret_cast<uint2*>(k_out + j * kRows * D) = w;
+      }
+      if (tid == 0) p.kscale[bh * (p.lk_pad / 64) + blk] = amax / 127.f;
+    };
+    if (blk * 64 + 64 <= p.len_kv) k_block(std::true_type{});
+    else k_block(std::false_type{});
+    return;
+  }
+  blk -= nk;
+  const __nv_bfloat16* vg = p.v + int64_t(b) * p.vs.batch + int64_t(h) * p.vs.head;
+  if (p.v_fp8) {
+    // e4m3 Vᵀ as quant_direct_kernel: thread `task` owns channel chunk ck and the
+    // 8 keys half·16 + {0..3, 8..11} + sub·4 of the block (permuted order
+    // v_fp8_position); key u of them in slot u·kVTasks + task.
+    if (tid < kVTasks) {
+      const int ck = tid / 8, half = (tid % 8) / 2, sub = tid % 2;
+      const int t0 = blk * 64 + half * 16 + sub * 4;
+      const __nv_bfloat16* src = vg + int64_t(t0) * p.vs.token + ck * 8;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int dt = (u / 4) * 8 + u % 4;  // key t0 + dt
+        cp_async_16_or_zeros(uint32_t(__cvta_generic_to_shared(&s_rows[u * kVTasks + tid])), src + dt * p.vs.token,
+                             t0 + dt < p.len_kv);
+      }
+      cp_async_commit();
+      float sc[8];
+      load8(p.vinv + bh * D + ck * 8, sc);
+      uint8_t* out = p.v8 + (bh * D + ck * 8) * p.lk_pad + blk * 64 + half * 16 + sub * 8;
+      cp_async_wait<0>();
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // channels 4q .. 4q + 3: the low / high 8 bytes of each slot
+        uint2 raw[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) raw[u] = reinterpret_cast<const uint2*>(&s_rows[u * kVTasks + tid])[q];
+#pragma unroll
+        for (int ii = 0; ii < 4; ++ii) {
+          const int i = 4 * q + ii;
+          float x[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) x[u] = bf16_at(raw[u], ii) * sc[i];
+          uint2 w;
+          w.x = e4m3x2(x[0], x[1]) | (e4m3x2(x[4], x[5]) << 16);
+          w.y = e4m3x2(x[2], x[3]) | (e4m3x2(x[6], x[7]) << 16);
+          *reinterpret_cast<uint2*>(out + int64_t(i) * p.lk_pad) = w;
+        }
+      }
+    }
+    return;
+  }
+  {
+    stage_rows(vg + chunk * 8, p.vs.token, p.len_kv);
+    float sc[8];
+    load8(p.vinv + bh * D + chunk * 8, sc);
+    __half* v_out = p.v16 + (bh * p.lk_pad + blk * 64 + rsub) * D + chunk * 8;  // row j at + j·kRows·D
+    cp_async_wait<0>();
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      uint4 out = make_uint4(0, 0, 0, 0);
+      if (blk * 64 + j * kRows + rsub < p.len_kv) {
+        const uint4 raw = s_rows[j * kPrepThreads + tid];
+        __half2* o2 = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o2[i] = __floats2half2_rn(bf16_at(raw, 2 * i) * sc[2 * i], bf16_at(raw, 2 * i + 1) * sc[2 * i + 1]);
+      }
+      *reinterpret_cast<uint4*>(v_out + j * kRows * D) = out;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Portable attention kernel
 
 constexpr int kTileK = 64;  // keys per K/V tile
@@ -954,15 +1254,43 @@ Status run_stats(const PrepParams& pp, const AttnProblem& p, cudaStream_t stream
 }
 
 
+// quant_staged_kernel with the shared-memory carveout at its maximum (10 CTAs
+// of ~21 KB per SM; the driver's own pick gave the previous kernel 64 KB).
+template <int D, bool kPool>
+static void launch_quant_staged(const PrepParams& pp, const PoolOut& pool, const dim3 grid, bool head_minor,
+                                cudaStream_t stream) {
+  if (cudaFuncSetAttribute(quant_staged_kernel<D, kPool>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    (void)cudaGetLastError();  // a hint: launch without it
+  quant_staged_kernel<D, kPool><<<grid, kPrepThreads, 0, stream>>>(pp, pool, head_minor ? 1 : 0);
+}
+
 // The quantize launch, with the block sums when pool has any pointer;
-// `direct`: quant_direct_kernel (the same bits).
+// `direct`: a Direct kernel (the same bits), chosen per call by TD_SAGE_QUANT:
+// quant_staged_kernel in head-minor CTA order (any value but the two below),
+// `direct_head_major` the same kernel in quant_direct_kernel's order (heads in
+// blockIdx.y), `direct1` quant_direct_kernel (session 13's Direct kernel).
 static Status run_quant_pool(const PrepParams& pp, const AttnProblem& p, const PoolOut& pool, cudaStream_t stream,
                              bool direct = false) {
-  const dim3 grid(unsigned(pp.lq_pad / 64 + 2 * (pp.lk_pad / 64)), unsigned(p.heads), unsigned(p.batch));
+  const unsigned n_blocks = unsigned(pp.lq_pad / 64 + 2 * (pp.lk_pad / 64));
+  const dim3 grid(n_blocks, unsigned(p.heads), unsigned(p.batch));
   const bool with_sums = pool.q_sum64 || pool.k_sum64;
   if (with_sums && (!pool.q_sum64 || !pool.k_sum64))
     return detail::attn_fail(Status::InvalidArgument, "sage_prepare_cuda: give both block sum arrays or neither");
-  if (direct) {
+  const char* env = direct ? std::getenv("TD_SAGE_QUANT") : nullptr;
+  const bool direct1 = env && std::strcmp(env, "direct1") == 0;
+  if (direct && !direct1) {
+    // Head-minor needs the blocks in gridDim.y (<= 65535: up to ~1.4 M tokens).
+    const bool head_minor = !(env && std::strcmp(env, "direct_head_major") == 0) && n_blocks <= 65535u;
+    const dim3 staged_grid = head_minor ? dim3(unsigned(p.heads), n_blocks, unsigned(p.batch)) : grid;
+    if (p.head_dim == 64) {
+      if (with_sums) launch_quant_staged<64, true>(pp, pool, staged_grid, head_minor, stream);
+      else launch_quant_staged<64, false>(pp, pool, staged_grid, head_minor, stream);
+    } else {
+      if (with_sums) launch_quant_staged<128, true>(pp, pool, staged_grid, head_minor, stream);
+      else launch_quant_staged<128, false>(pp, pool, staged_grid, head_minor, stream);
+    }
+  } else if (direct) {
     if (p.head_dim == 64) {
       if (with_sums) quant_direct_kernel<64, true><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
       else quant_direct_kernel<64><<<grid, kPrepThreads, 0, stream>>>(pp, pool);
@@ -987,7 +1315,8 @@ static Status run_quant_pool(const PrepParams& pp, const AttnProblem& p, const P
 // (GPU test SlaGpu.SageQuantDirectEqualsDefaultBitForBit), 0.149 vs 0.285 ms
 // at 1x12x32760x128 and 1.09 vs 2.08 ms at 1x40x75600 on the H200
 // (2026-11-30, bench_sla `sagesla_fused_kv_sage_prepare[_direct]`).
-// TD_SAGE_QUANT=default picks the earlier kernel.
+// TD_SAGE_QUANT=default picks the earlier kernel; `direct1` / `direct_head_major`
+// pick among the Direct kernels (run_quant_pool).
 static bool use_direct_quant(SageQuantKernel k) {
   if (k != SageQuantKernel::Auto) return k == SageQuantKernel::Direct;
   const char* env = std::getenv("TD_SAGE_QUANT");
