@@ -1424,7 +1424,7 @@ TEST(SlaGpu, FusedScoreTopkEqualsTwoKernelPathExactly) {
     EXPECT_TRUE(bit_lut == ref_lut) << "the bitonic LUT differs from the radix LUT";
     EXPECT_TRUE(bit_map == ref_map) << "the bitonic map differs from the radix map";
     for (const char* select :
-         {static_cast<const char*>(nullptr), "fused", "fused16", "fused32", "fused48", "fused64"}) {
+         {static_cast<const char*>(nullptr), "fused", "fused16", "fused32", "fused48", "fused64", "fused_v1", "fused_v1_48"}) {
       SCOPED_TRACE(select ? select : "TD_SLA_SELECT unset");
       run(select, nullptr, true, true, 0x7F, lut, map);
       EXPECT_TRUE(lut == ref_lut) << "the fused LUT differs from the two-kernel LUT";
@@ -1559,6 +1559,130 @@ TEST(SlaGpu, KvPartialPartitionsEqualBitForBit) {
       EXPECT_EQ(first, wss[0].size()) << "the linear workspace differs from byte " << first << " of " << ws_bytes;
       if (with_stats) {
         EXPECT_TRUE(sts[0] == sts[1]) << "the sage statistics differ";
+      }
+    }
+  }
+}
+
+// The Staged apply's variants (TD_SLA_APPLY=staged128: linear_apply_staged_kernel;
+// default: linear_apply_prefetch_kernel, with TD_SLA_APPLY_PF=N prefetching N CTAs
+// ahead, 0 none) write the same bits: onto identical copies of a random o (its
+// padding, where the o stride has some, NaN-poisoned and left as it was) after
+// one K/V half (sla_linear_prepare_stats_cuda), through sla_linear_apply_cuda and
+// through the chained sla_linear_project_apply_cuda (whose o must also equal the
+// plain path's, as in DeferredProjectionChainEqualsPrepareThenApply).
+// Awkward lengths (1, 65, 1000, 4133, 32760: partial last tiles, prefetch targets
+// across heads and batches and past the grid), 1-3 heads, batch 1-2, D 64 / 128,
+// every feature map, Q in BLHD / BHLD, o in BLHD / BHLD with and without padding.
+TEST(SlaGpu, LinearApplyVariantsEqualBitForBit) {
+  TD_REQUIRE_GPU();
+  const char* knobs[] = {"TD_SLA_APPLY", "TD_SLA_APPLY_PF"};
+  std::vector<std::pair<bool, std::string>> prior;
+  for (const char* k : knobs) {
+    const char* v = std::getenv(k);
+    prior.emplace_back(v != nullptr, v ? v : "");
+  }
+  auto restore = [&] {
+    for (size_t i = 0; i < 2; ++i) {
+      if (prior[i].first) setenv(knobs[i], prior[i].second.c_str(), 1);
+      else unsetenv(knobs[i]);
+    }
+  };
+  // {TD_SLA_APPLY, TD_SLA_APPLY_PF}; nullptr: unset. The first is the reference.
+  const std::pair<const char*, const char*> variants[] = {
+      {"staged128", nullptr}, {nullptr, nullptr}, {nullptr, "1"}, {nullptr, "7"}, {nullptr, "0"}};
+  struct C {
+    int64_t B, L, H, D;
+    SlaFeatureMap fm;
+    bool q_bhld, o_bhld;
+    int64_t pad;  // extra channels per o row (a padded head stride)
+  };
+  using F = SlaFeatureMap;
+  const C cases[] = {C{1, 1, 1, 128, F::Softmax, false, false, 0},  C{2, 65, 3, 64, F::Elu, true, false, 8},
+                     C{1, 1000, 2, 128, F::Relu, true, true, 8},     C{2, 4133, 3, 128, F::Softmax, false, false, 16},
+                     C{1, 32760, 2, 128, F::Softmax, false, false, 0}, C{1, 4133, 1, 64, F::Relu, false, true, 0},
+                     C{1, 32760, 3, 64, F::Elu, true, false, 8},      C{2, 1000, 2, 64, F::Softmax, true, true, 0},
+                     C{1, 65, 2, 128, F::Elu, false, true, 24},       C{2, 1, 3, 64, F::Softmax, false, false, 8}};
+  for (const C& c : cases) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " L" << c.L << " H" << c.H << " D" << c.D << " fm " << int(c.fm)
+                                    << (c.q_bhld ? " q bhld" : " q blhd") << (c.o_bhld ? " o bhld" : " o blhd")
+                                    << " pad " << c.pad);
+    const Inputs in = make_inputs(c.B, c.L, c.H, c.D, c.q_bhld);
+    SlaProblem pd = problem(in, in.qd, in.kd, in.vd, 0.1, 64, 128, c.fm);
+    pd.linear_kernels = kernels::SlaLinearKernels::Staged;
+    const int64_t dp = c.D + c.pad;
+    pd.o = c.o_bhld ? kernels::AttnStrides{c.H * c.L * dp, c.L * dp, dp}
+                    : kernels::AttnStrides{c.L * c.H * dp, dp, c.H * dp};
+    const Tensor w = test::randn_tensor({c.D, c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    const Tensor bias = test::randn_tensor({c.D}, DType::F32, 0.1f).to(Device::cuda(0));
+    // o: random, its padding channels (c >= D) NaN.
+    Tensor o0h = test::randn_tensor({c.B * c.H * c.L, dp}, DType::BF16);
+    std::vector<char> is_pad(size_t(o0h.numel()), 0);
+    for (int64_t r = 0; r < c.B * c.H * c.L; ++r)
+      for (int64_t ch = c.D; ch < dp; ++ch) {
+        o0h.data<uint16_t>()[r * dp + ch] = 0x7fc0;
+        is_pad[size_t(r * dp + ch)] = 1;
+      }
+    const std::vector<uint16_t> o0v(o0h.data<uint16_t>(), o0h.data<uint16_t>() + o0h.numel());
+    const Tensor o0 = o0h.to(Device::cuda(0));
+    const size_t ws_bytes = kernels::sla_linear_workspace_size(pd);
+    void* st = cuda::current_stream();
+    const int64_t n = c.B * c.H * c.D;
+    std::vector<uint16_t> plain_ref;
+    for (const bool chained : {false, true}) {
+      SCOPED_TRACE(chained ? "sla_linear_project_apply_cuda" : "sla_linear_apply_cuda");
+      // The K/V half as SageSLA runs it (with the sage statistics), the projection
+      // deferred to the chained tail or not.
+      Tensor ws = device_buffer({int64_t(ws_bytes)}, DType::U8);
+      Tensor stt = device_buffer({3, n}, DType::F32);
+      kernels::SlaSageStats stats;
+      stats.km = stt.data<float>();
+      stats.vscale = stt.data<float>() + n;
+      stats.vinv = stt.data<float>() + 2 * n;
+      stats.defer_projection = chained;
+      ASSERT_EQ(kernels::sla_linear_prepare_stats_cuda(pd, in.kd.raw_data(), in.vd.raw_data(), w.raw_data(),
+                                                       bias.raw_data(), kernels::ElemType::F32, stats, ws.raw_data(),
+                                                       ws_bytes, st),
+                Status::Ok)
+          << kernels::sla_last_error();
+      std::vector<std::vector<uint16_t>> outs;
+      for (const auto& [apply, pf] : variants) {
+        Tensor os = o0.clone();
+        if (apply) setenv("TD_SLA_APPLY", apply, 1);
+        else unsetenv("TD_SLA_APPLY");
+        if (pf) setenv("TD_SLA_APPLY_PF", pf, 1);
+        else unsetenv("TD_SLA_APPLY_PF");
+        const Status s =
+            chained ? kernels::sla_linear_project_apply_cuda(pd, in.qd.raw_data(), os.raw_data(), w.raw_data(),
+                                                             bias.raw_data(), kernels::ElemType::F32, ws.raw_data(),
+                                                             ws_bytes, st)
+                    : kernels::sla_linear_apply_cuda(pd, in.qd.raw_data(), os.raw_data(), ws.raw_data(), ws_bytes, st);
+        restore();
+        ASSERT_EQ(s, Status::Ok) << kernels::sla_last_error();
+        outs.push_back(download<uint16_t>(os));
+      }
+      size_t changed = 0, pad_kept = 0, pads = 0;
+      for (size_t i = 0; i < o0v.size(); ++i) {
+        if (is_pad[i]) {
+          ++pads;
+          pad_kept += outs[0][i] == o0v[i];
+        } else {
+          changed += outs[0][i] != o0v[i];
+        }
+      }
+      EXPECT_EQ(pad_kept, pads) << "the apply wrote into o's padding";
+      EXPECT_GT(changed, 0u) << "the apply left o as it was";
+      for (size_t v = 1; v < outs.size(); ++v) {
+        size_t first = 0;
+        while (first < outs[0].size() && outs[0][first] == outs[v][first]) ++first;
+        EXPECT_EQ(first, outs[0].size()) << "TD_SLA_APPLY=" << (variants[v].first ? variants[v].first : "(unset)")
+                                         << " TD_SLA_APPLY_PF=" << (variants[v].second ? variants[v].second : "(unset)")
+                                         << ": o differs from staged128's from element " << first;
+      }
+      if (chained) {
+        EXPECT_TRUE(outs[0] == plain_ref) << "the chained apply differs from prepare + apply";
+      } else {
+        plain_ref = outs[0];
       }
     }
   }

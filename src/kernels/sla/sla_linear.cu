@@ -790,6 +790,369 @@ __global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(c
   }
 }
 
+// The Staged apply, leaner and fed from the L2 (linear_apply_prefetch_kernel,
+// the default of the chained and the plain Staged launch since session 15;
+// TD_SLA_APPLY=staged128 runs linear_apply_staged_kernel instead, read per
+// call). Same CTA (128 rows, 8 warps of 16 rows, 2 CTAs per SM by 98 KB of
+// shared memory and <= 128 registers), same bits: every mma takes the same
+// operands in the same k-order, the epilogue the same fmaf / add / rounding
+// per element; what changes is where the data waits and how many
+// instructions move it. ncu of the Staged apply at 1x12x32760 (H200,
+// session 14): 104 us, DRAM 56% of peak, issue slots 47% busy, achieved
+// occupancy 24%, 1817 warp instructions per warp: the copy prologue 442
+// (a 64-bit row multiply and zero-fill selects per 16-byte copy), the den
+// operand's loads ~100 (a branch per k-step), the epilogue 622 (4-byte shared
+// loads / stores per fragment element); 31% of the stall samples before the
+// first barrier (Q / M from DRAM; the bias / Σφ(K) plain loads issued after
+// all copies, their STS 6.5% alone).
+//   - The tiles of the CTA pf later in launch order (pf = the CTAs the device
+//     holds at once, one wave: 264 on the H200) are asked of the L2 after
+//     this CTA's own copies: 4 warps its Q rows, 4 its o rows, 32 bytes a
+//     lane (prefetch.global.L2, 8 per lane at D 128; the bulk prefetch would
+//     take a warp-uniform address, a row per instruction). That CTA starts
+//     about when this one ends, so its Q / o come from the L2 while DRAM
+//     streams the next wave's under this wave's φ·M and epilogue: with 2
+//     CTAs per SM, each load -> compute -> store in turn, DRAM otherwise idles
+//     between loads. L2 held for it: a wave of Q + o tiles, 264 x 64 KB =
+//     17 MB of 50 MB. A head's last (partial) tile is not prefetched.
+//     TD_SLA_APPLY_PF=N prefetches N CTAs ahead instead (0: none; read per
+//     call): the A/B for the prefetch alone.
+//   - Q and o copied by warp (each warp its own 16 rows: the o tile waits for
+//     a __syncwarp, not a CTA barrier), M by the CTA at constant offsets; row
+//     pointers advance by a stride, shared offsets repeat every 8 rows, and
+//     full tiles (all but a head's last) skip the row checks.
+//   - bias and Σφ(K) as float4 by 2 warps right after the wait, before the
+//     copies are issued, so their latency hides behind the issue.
+//   - den's B operand from a 4-row table [hi; lo; ones (softmax) or 0; 0],
+//     rows 8 words apart in banks (no conflicts): 2 shared loads a k-step,
+//     no branch (phi_q_times_m_tab).
+//   - epilogue: o by ldmatrix (an x4 = 2 column blocks of the warp's 2 row
+//     halves, the accumulators' layout) and the result back by stmatrix at
+//     the same addresses: an ldmatrix + an stmatrix per 2 blocks where 4
+//     loads + 4 stores were; bf16 -> f32 by a shift or a mask (as exact as cvt).
+// Not done: a 64-row tile (3-4 CTAs per SM) reads M (32 KB) once per 64 rows,
+// twice the L2 reads of M (200 MB at 1x12x32760, 1.5 GB at 1x40x75600).
+// sm_90a, D 128, softmax: 126 registers, no spills (the Staged kernel: 127);
+// the elu / relu instances 128 / 127, no spills (Staged: 32 / 12 bytes).
+// Warp instructions per warp on the common path (a full tile, SASS): 1249 =
+// prologue 330 + φ·M 512 + epilogue 407 (the Staged kernel: 1817 measured).
+// Predicted (H200): issue 3072 x 8 x 1249 / (132 SMs x 4 schedulers) = 58 K
+// cycles per scheduler = 33 us at 1.76 GHz (48 us before), no longer close to
+// the DRAM time: Q 100 MB + o 100 MB read + o 100 MB written = 302 MB, at
+// 3.3-3.6 TB/s 0.084-0.092 ms at 1x12x32760 (0.104 under ncu, 0.10-0.12 in
+// SageSLA's chain); 2.32 GB at 1x40x75600 (23640 CTAs, 90 waves): 0.65-0.70
+// ms (issue 0.25 ms).
+template <int D>
+struct PrefetchApplyTraits {
+  static constexpr int kQBytes = kApplyRows * D * 2;
+  static constexpr int kMBytes = D * D * 2;
+  static constexpr int kOBytes = kApplyRows * D * 2;
+  static constexpr int kDenStride = D / 2 + 8;  // words per row of the den table
+  static constexpr int kDenBytes = 4 * kDenStride * 4;
+  static constexpr int kSmemBytes = kQBytes + kMBytes + kOBytes + kDenBytes + D * 4;
+};
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ldmatrix_x4's inverse at the same lane addresses (lanes 8j..8j+7: the rows
+// of matrix j; r[j]: the lane's pair of matrix j, row lane / 4, columns
+// 2·(lane % 4)). Below sm_90: the same stores one word at a time.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4], int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  (void)lane;
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t row = __shfl_sync(0xffffffffu, addr, 8 * j + lane / 4) + uint32_t((lane & 3) * 4);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(row), "r"(r[j]) : "memory");
+  }
+#endif
+}
+
+// A whole tile's 128 rows (row r at src + r·stride) asked of the L2, 32
+// bytes a lane: warp w (of 4) the rows 32w .. 32w + 31, an instruction
+// D / 16 sectors of each of 512 / D whole rows. prefetch.global.L2, one
+// instruction for 32 sectors: sm_90's bulk prefetch takes a warp-uniform
+// address (a row an instruction, in a loop over the lanes' distinct
+// addresses: ~300 instructions a warp).
+template <int D>
+__device__ __forceinline__ void prefetch_tile_l2(const __nv_bfloat16* src, int64_t stride, int warp4, int lane) {
+  constexpr int kSectors = D * 2 / 32, kRowsPerOp = 32 / kSectors;
+  const char* g =
+      reinterpret_cast<const char*>(src + int64_t(warp4 * 32 + lane / kSectors) * stride) + (lane % kSectors) * 32;
+  const int64_t gstep = int64_t(kRowsPerOp) * stride * 2;
+#pragma unroll
+  for (int i = 0; i < 32 / kRowsPerOp; ++i) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(g)));
+    g += gstep;
+  }
+}
+
+// A warp's 16 rows (16·warp ..) of a 128-row swizzled tile, a lane's 16-byte
+// chunk `chunk` of rows r, r + kStep, ...: whole 256-byte rows a copy
+// instruction (D 128). Rows 8 apart share the swizzle, so the shared
+// addresses are kPeriod offsets plus constants.
+template <int D>
+struct WarpRows {
+  static constexpr int kChunks = D / 8, kStep = 32 / kChunks, kSteps = 16 / kStep, kPeriod = 8 / kStep;
+  int chunk, r;
+  uint32_t s[kPeriod];  // shared offsets (in the tile) of rows r + j·kStep, j < kPeriod
+  __device__ __forceinline__ WarpRows(int warp, int lane) : chunk(lane % kChunks), r(warp * 16 + lane / kChunks) {
+#pragma unroll
+    for (int j = 0; j < kPeriod; ++j) s[j] = swizzle<kChunks>(r + j * kStep, chunk);
+  }
+  __device__ __forceinline__ uint32_t at(int i) const {  // copy i's offset
+    return s[i % kPeriod] + uint32_t((i / kPeriod) * 8 * kChunks * 16);
+  }
+};
+
+// The warp's rows of a tile from src (row r at src + r·stride); rows at or
+// past `valid` zero-filled (their source: row 0). kFull: all 128 rows valid
+// (every tile but a head's last), no checks.
+template <int D, bool kFull>
+__device__ __forceinline__ void load_warp_rows(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid,
+                                               const WarpRows<D>& w) {
+  using W = WarpRows<D>;
+  const __nv_bfloat16* g = src + int64_t(w.r) * stride + w.chunk * 8;
+  const int64_t gstep = int64_t(W::kStep) * stride;
+#pragma unroll
+  for (int i = 0; i < W::kSteps; ++i) {
+    const bool ok = kFull || w.r + i * W::kStep < valid;
+    cp_async_16(tile + w.at(i), ok ? g : src, ok);
+    g += gstep;
+  }
+}
+template <int D>
+__device__ __forceinline__ void load_warp_rows(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid,
+                                               const WarpRows<D>& w) {
+  if (valid >= kApplyRows) load_warp_rows<D, true>(tile, src, stride, valid, w);
+  else load_warp_rows<D, false>(tile, src, stride, valid, w);
+}
+
+// The inverse: the warp's rows of the tile to dst (rows at or past `valid` not written).
+template <int D, bool kFull>
+__device__ __forceinline__ void store_warp_rows(uint32_t tile, __nv_bfloat16* dst, int64_t stride, int valid,
+                                                const WarpRows<D>& w) {
+  using W = WarpRows<D>;
+  __nv_bfloat16* g = dst + int64_t(w.r) * stride + w.chunk * 8;
+  const int64_t gstep = int64_t(W::kStep) * stride;
+#pragma unroll
+  for (int i = 0; i < W::kSteps; ++i) {
+    if (kFull || w.r + i * W::kStep < valid) {
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(tile + w.at(i)));
+      *reinterpret_cast<uint4*>(g) = v;
+    }
+    g += gstep;
+  }
+}
+
+// M (bf16 [D, D], rows of D) into a swizzled tile by the whole CTA: a
+// thread's rows are 8-aligned apart, so its copies differ by constants.
+template <int D>
+__device__ __forceinline__ void load_m_tile(uint32_t dst, const __nv_bfloat16* m, int tid) {
+  constexpr int kChunks = D / 8, kRowsPerPass = kApplyThreads / kChunks;
+  static_assert(kRowsPerPass % 8 == 0 && D % kRowsPerPass == 0, "M copies must keep the swizzle phase");
+  const int chunk = tid % kChunks, r = tid / kChunks;
+  const uint32_t s = dst + swizzle<kChunks>(r, chunk);
+  const __nv_bfloat16* g = m + r * D + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < D / kRowsPerPass; ++i)
+    cp_async_16(s + uint32_t(i * kRowsPerPass * kChunks * 16), g + i * kRowsPerPass * D, true);
+}
+
+// phi_q_times_m with the den operand from the 4-row table (den_row: the
+// shared address of this lane's row, min(lane / 4, 3), at its column
+// lane % 4): b0 / b1 are the words phi_q_times_m selects (hi, lo, ones or 0),
+// loaded without a branch, in their k-step (volatile: not hoisted into
+// registers the accumulators need); bf16 -> f32 by bf16_lo / bf16_hi. The
+// same mma operands, the same order.
+template <int D, int FM>
+__device__ __forceinline__ void phi_q_times_m_tab(uint32_t sq, uint32_t sm, uint32_t den_row, int warp, int lane,
+                                                  float (&acc)[D / 8][4], float& d0, float& d1) {
+  constexpr int kChunks = D / 8, kSteps = D / 16;
+  constexpr float kLog2e = 1.4426950408889634f;
+  uint32_t qa[kSteps][4];
+  {
+    const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) ldmatrix_x4(qa[ks], sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
+  }
+  float ml0 = 0.f, ml1 = 0.f;  // softmax: max · log2 e of rows lane / 4 (a0, a2) and lane / 4 + 8 (a1, a3)
+  if constexpr (FM == 0) {
+    __nv_bfloat162 h0 = *reinterpret_cast<const __nv_bfloat162*>(&qa[0][0]);
+    __nv_bfloat162 h1 = *reinterpret_cast<const __nv_bfloat162*>(&qa[0][1]);
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      if (ks > 0) {
+        h0 = __hmax2(h0, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][0]));
+        h1 = __hmax2(h1, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][1]));
+      }
+      h0 = __hmax2(h0, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][2]));
+      h1 = __hmax2(h1, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][3]));
+    }
+    float m0 = fmaxf(__low2float(h0), __high2float(h0)), m1 = fmaxf(__low2float(h1), __high2float(h1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+    ml0 = m0 * kLog2e;
+    ml1 = m1 * kLog2e;
+  }
+  auto phi = [&](float x, float ml) {
+    if constexpr (FM == 0) return ex2_approx(fmaf(x, kLog2e, -ml));
+    else if constexpr (FM == 1) return x > 0.f ? x + 1.f : __expf(x);
+    else return fmaxf(x, 0.f);
+  };
+  float den[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    uint32_t a[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float ml = (r & 1) ? ml1 : ml0;
+      a[r] = pack_bf16(phi(bf16_lo(qa[ks][r]), ml), phi(bf16_hi(qa[ks][r]), ml));
+    }
+    mma_rows_times_m<D>(acc, a, sm, ks, lane);
+    uint32_t b0, b1;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(b0) : "r"(den_row + ks * 32));
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(b1) : "r"(den_row + ks * 32 + 16));
+    mma_bf16(den, a, b0, b1);
+  }
+  // Rows lane / 4 (c0, c1) and lane / 4 + 8 (c2, c3): hi + lo in the quad's lane 0, s in lane 1 (column 2).
+  const int q0 = lane & ~3;
+  d0 = __shfl_sync(0xffffffffu, den[0] + den[1], q0);
+  d1 = __shfl_sync(0xffffffffu, den[2] + den[3], q0);
+  if constexpr (FM == 0) {
+    d0 = fmaf(1e-5f, __shfl_sync(0xffffffffu, den[0], q0 | 1), d0);
+    d1 = fmaf(1e-5f, __shfl_sync(0xffffffffu, den[2], q0 | 1), d1);
+  } else {
+    d0 += 1e-5f;
+    d1 += 1e-5f;
+  }
+}
+
+// The CTA whose tiles a CTA prefetches, pf CTAs later in launch order, as
+// offsets of its grid coordinates: pf = (db·gridDim.y + dh)·gridDim.x + dx,
+// dx < gridDim.x, dh < gridDim.y (host-side, so no division here); db < 0: none.
+struct ApplyAhead {
+  int dx, dh, db;
+};
+
+template <int D, int FM>
+__global__ void __launch_bounds__(kApplyThreads, 2)
+    linear_apply_prefetch_kernel(const LinParams p, const ApplyAhead pf) {
+  using T = PrefetchApplyTraits<D>;
+  constexpr int kChunks = D / 8;
+  static_assert(kApplyThreads == 256 && kApplyRows == 128, "the prefetch: 4 warps a tile of 128 rows");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sq = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t sm = sq + T::kQBytes;
+  const uint32_t so = sm + T::kMBytes;
+  uint32_t* den_tab = reinterpret_cast<uint32_t*>(smem + T::kQBytes + T::kMBytes + T::kOBytes);
+  float* bias_s = reinterpret_cast<float*>(smem + T::kQBytes + T::kMBytes + T::kOBytes + T::kDenBytes);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int q0 = blockIdx.x * kApplyRows, h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = int64_t(b) * p.heads + h;
+  const int valid = p.len - q0;
+  __nv_bfloat16* og = p.o + int64_t(b) * p.os.batch + int64_t(h) * p.os.head + int64_t(q0) * p.os.token;
+
+  // Q (the layer's input) before the wait, as linear_apply_staged_kernel; the rest after it.
+  const WarpRows<D> rows(warp, lane);
+  load_warp_rows<D>(sq, p.q + int64_t(b) * p.qs.batch + int64_t(h) * p.qs.head + int64_t(q0) * p.qs.token,
+                    p.qs.token, valid, rows);
+  cp_async_commit();
+  pdl_wait();
+  pdl_launch_dependents();
+  const bool stager = warp < 2 && lane < D / 4;  // warp 0: the bias, warp 1: Σφ(K), a float4 a lane
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (stager) v = reinterpret_cast<const float4*>(warp == 0 ? p.ws.bias : p.ws.ksum + bh * D)[lane];
+  load_m_tile<D>(sm, p.ws.m + bh * D * D, tid);
+  cp_async_commit();
+  load_warp_rows<D>(so, og, p.os.token, valid, rows);
+  cp_async_commit();
+  if (pf.db >= 0) {  // the tiles of the CTA pf later: warps 0-3 its Q rows, warps 4-7 its o rows
+    int x = int(blockIdx.x) + pf.dx, hh = h + pf.dh, bb = b + pf.db;
+    if (x >= int(gridDim.x)) x -= int(gridDim.x), ++hh;
+    if (hh >= int(gridDim.y)) hh -= int(gridDim.y), ++bb;
+    const int row0 = x * kApplyRows;
+    if (bb < int(gridDim.z) && row0 + kApplyRows <= p.len) {  // a head's last (partial) tile: none
+      const bool is_o = warp >= 4;
+      const AttnStrides& s = is_o ? p.os : p.qs;
+      prefetch_tile_l2<D>((is_o ? p.o : p.q) + int64_t(bb) * s.batch + int64_t(hh) * s.head + int64_t(row0) * s.token,
+                          s.token, warp & 3, lane);
+    }
+  }
+  if (stager && warp == 0) {
+    reinterpret_cast<float4*>(bias_s)[lane] = v;
+  } else if (stager) {  // pairs 2·lane, 2·lane + 1 as stage_den_columns forms them
+    const __nv_bfloat162 hi0 = __floats2bfloat162_rn(v.x, v.y), hi1 = __floats2bfloat162_rn(v.z, v.w);
+    const __nv_bfloat162 lo0 = __floats2bfloat162_rn(v.x - __low2float(hi0), v.y - __high2float(hi0));
+    const __nv_bfloat162 lo1 = __floats2bfloat162_rn(v.z - __low2float(hi1), v.w - __high2float(hi1));
+    constexpr uint32_t kFill = FM == 0 ? 0x3F803F80u : 0u;  // row 2: bf16 1.0 pairs for the softmax's s
+    auto* row = reinterpret_cast<uint2*>(den_tab) + lane;
+    row[0] = make_uint2(*reinterpret_cast<const uint32_t*>(&hi0), *reinterpret_cast<const uint32_t*>(&hi1));
+    row[T::kDenStride / 2] =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo0), *reinterpret_cast<const uint32_t*>(&lo1));
+    row[T::kDenStride] = make_uint2(kFill, kFill);
+    row[3 * T::kDenStride / 2] = make_uint2(0u, 0u);
+  }
+  cp_async_wait<1>();  // Q and M landed; o may still be in flight
+  __syncthreads();
+
+  float acc[D / 8][4], d0, d1;
+  const uint32_t den_row = so + T::kOBytes + uint32_t((min(lane >> 2, 3) * T::kDenStride + (lane & 3)) * 4);
+  phi_q_times_m_tab<D, FM>(sq, sm, den_row, warp, lane, acc, d0, d1);
+
+  cp_async_wait<0>();
+  __syncwarp();  // the warp's 16 o rows landed (its own copies)
+  const float inv0 = 1.f / d0, inv1 = 1.f / d1;
+  // The thread index afresh (%tid.x): with tid the compiler keeps the Q
+  // ldmatrix's swizzled offsets (the same ones) and the copies' row offsets
+  // alive through the mma loop, in spilled registers; recomputed here they
+  // cost an instruction or two each.
+  int etid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(etid));
+  const int ewarp = etid / 32, elane = etid % 32;
+  {
+    const int row = ewarp * 16 + (elane & 7) + ((elane >> 3) & 1) * 8;  // as phi_q_times_m_tab's ldmatrix of Q
+    const float* bias_l = bias_s + (elane & 3) * 2;
+#pragma unroll
+    for (int tp = 0; tp < D / 16; ++tp) {
+      // w / n: (row lane/4, block 2tp), (lane/4 + 8, 2tp), (lane/4, 2tp + 1), (lane/4 + 8, 2tp + 1).
+      const uint32_t addr = so + swizzle<kChunks>(row, 2 * tp + (elane >> 4));
+      uint32_t w[4], n[4];
+      ldmatrix_x4(w, addr);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int t = 2 * tp + j;
+        const float2 bv = *reinterpret_cast<const float2*>(bias_l + t * 8);
+        n[2 * j] = pack_bf16(bf16_lo(w[2 * j]) + fmaf(acc[t][0], inv0, bv.x),
+                             bf16_hi(w[2 * j]) + fmaf(acc[t][1], inv0, bv.y));
+        n[2 * j + 1] = pack_bf16(bf16_lo(w[2 * j + 1]) + fmaf(acc[t][2], inv1, bv.x),
+                                 bf16_hi(w[2 * j + 1]) + fmaf(acc[t][3], inv1, bv.y));
+      }
+      stmatrix_x4(addr, n, elane);
+    }
+  }
+  __syncwarp();  // the warp's 16 rows are complete in shared memory
+  const WarpRows<D> erows(ewarp, elane);
+  if (valid >= kApplyRows) store_warp_rows<D, true>(so, og, p.os.token, valid, erows);
+  else store_warp_rows<D, false>(so, og, p.os.token, valid, erows);
+}
+
 // The persistent variant of linear_apply (SlaLinearKernels::StagedPersist; the
 // K/V half is Staged's). Why: the Staged apply runs 2 CTAs of 8 warps per SM
 // (96 KB of shared memory each), and each CTA loads Q, M and o, waits, computes,
@@ -1543,19 +1906,59 @@ bool use_persist_apply(const SlaProblem& p) {
   return apply && std::strcmp(apply, "persist") == 0;
 }
 
+// Which Staged apply (A/B knob, read per call): TD_SLA_APPLY=staged128 ->
+// linear_apply_staged_kernel (the default until session 15), else
+// linear_apply_prefetch_kernel.
+bool use_staged128_apply() {
+  const char* e = std::getenv("TD_SLA_APPLY");
+  return e && std::strcmp(e, "staged128") == 0;
+}
+
+// linear_apply_prefetch_kernel's prefetch distance in CTAs: TD_SLA_APPLY_PF=N
+// (read per call; 0: no prefetch), else the CTAs of it the device holds at
+// once (SMs x CTAs per SM: the next wave). Only the timing depends on it.
+int64_t apply_prefetch_ctas(const void* kernel, int smem) {
+  if (const char* e = std::getenv("TD_SLA_APPLY_PF"); e && *e) return std::max<int64_t>(0, std::atoll(e));
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kApplyThreads, size_t(smem)) != cudaSuccess) {
+    cudaGetLastError();  // not this call's failure to report: run without the prefetch
+    return 0;
+  }
+  return int64_t(sms) * per_sm;
+}
+
 // The Staged apply; chained: as a programmatic dependent in SageSLA's chain
 // (it then loads Q before its wait, pdl.cuh), else an ordinary launch.
 template <int D, int FM>
 Status launch_apply_staged(const SlaProblem& sp, const LinParams& p, cudaStream_t st, bool chained) {
-  auto kernel = linear_apply_staged_kernel<D, FM>;
-  constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
+  const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
+  const dim3 grid(blocks, unsigned(sp.heads), unsigned(sp.batch));
+  if (use_staged128_apply()) {
+    auto kernel = linear_apply_staged_kernel<D, FM>;
+    constexpr int smem = StagedApplyTraits<D>::kSmemBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return detail::sla_fail(Status::Unsupported,
+                              "sla_linear_add_cuda: cannot raise shared memory to " + std::to_string(smem) + " bytes");
+    return launch_error(launch_pdl(chained, kernel, grid, dim3(kApplyThreads), smem, st, p),
+                        chained ? "linear_apply_staged (chained)" : "linear_apply_staged");
+  }
+  auto kernel = linear_apply_prefetch_kernel<D, FM>;
+  constexpr int smem = PrefetchApplyTraits<D>::kSmemBytes;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return detail::sla_fail(Status::Unsupported,
                             "sla_linear_add_cuda: cannot raise shared memory to " + std::to_string(smem) + " bytes");
-  const unsigned blocks = unsigned((sp.len + kApplyRows - 1) / kApplyRows);
-  return launch_error(launch_pdl(chained, kernel, dim3(blocks, unsigned(sp.heads), unsigned(sp.batch)),
-                                 dim3(kApplyThreads), smem, st, p),
-                      chained ? "linear_apply_staged (chained)" : "linear_apply_staged");
+  const int64_t total = int64_t(blocks) * sp.heads * sp.batch;
+  const int64_t ahead = apply_prefetch_ctas(reinterpret_cast<const void*>(kernel), smem);
+  ApplyAhead pf{0, 0, -1};  // none
+  if (ahead > 0 && ahead < total) {
+    pf.dx = int(ahead % blocks);
+    pf.dh = int(ahead / blocks % sp.heads);
+    pf.db = int(ahead / blocks / sp.heads);
+  }
+  return launch_error(launch_pdl(chained, kernel, grid, dim3(kApplyThreads), smem, st, p, pf),
+                      chained ? "linear_apply_prefetch (chained)" : "linear_apply_prefetch");
 }
 
 template <int D, int FM>
