@@ -26,8 +26,8 @@
 //      smoothed pooled K from the 64-token block sums the sage quantization
 //      pass wrote, then the same top-k. By default one kernel does both
 //      (score_topk_fused_kernel: a CTA per group of query blocks, scores kept
-//      in shared memory, the warp radix select on them; the same LUT and map);
-//      TD_SLA_SELECT=two_kernel runs the two.
+//      in shared memory, a warp radix select on them; the same LUT and map);
+//      TD_SLA_SELECT=two_kernel runs the two, fused_v1 the first fused kernel.
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -681,9 +681,11 @@ __global__ void __launch_bounds__(kTopkWarpRows * 32, KPL == 16 ? 3 : 2) topk_ra
                              p.map ? p.map + row * p.kblocks : nullptr, lane);
 }
 
-// Score and top-k in one kernel (sla_block_select_from_sums_cuda's default;
-// TD_SLA_SELECT=two_kernel runs score_tiled_kernel<true> then the top-k as
-// before). A CTA of 1024 threads takes `rows` (16, 32, 48 or 64) query blocks
+// Score and top-k in one kernel, first version (TD_SLA_SELECT=fused_v1 or
+// fused_v1_16 / 32 / 48 / 64, kept for A/B; the default is
+// score_topk_fused_kernel below, which explains why it replaced this one:
+// measured 45 us at 1x12x32760, not the ~14 us predicted below).
+// A CTA of 1024 threads takes `rows` (16, 32, 48 or 64) query blocks
 // of one (b, h) against all key blocks:
 //   1. pooled Q of its rows from the 64-token sums, all channels, transposed
 //      into shared memory ([channel][row], rows padded to 68 floats);
@@ -756,6 +758,7 @@ struct FusedSelectParams {
   int rows;            // query blocks per CTA: a multiple of 16, <= kFusedMaxRows
   int key_stride;      // keys per row of the shared key array (kblocks rounded up to 4)
   int scratch;         // byte offset of the staging / top-k scratch in shared memory
+  int sel_stride;      // selected keys per warp in the top-k scratch: (n_sel + 2) & ~1 (score_topk_fused_kernel)
   int64_t q_sub_stride, k_sub_stride;
 };
 
@@ -772,7 +775,7 @@ __device__ __forceinline__ float4 div_tokens(float4 v, int n) {
 }
 
 template <int KPL>
-__global__ void __launch_bounds__(kFusedThreads, 1) score_topk_fused_kernel(const FusedSelectParams p) {
+__global__ void __launch_bounds__(kFusedThreads, 1) score_topk_fused_v1_kernel(const FusedSelectParams p) {
   pdl_wait();  // pdl.cuh: launched as a programmatic dependent
   pdl_launch_dependents();
   extern __shared__ __align__(16) unsigned char fused_smem[];
@@ -915,12 +918,471 @@ __global__ void __launch_bounds__(kFusedThreads, 1) score_topk_fused_kernel(cons
   }
 }
 
-// Shared memory of score_topk_fused_kernel for `rows` query blocks per CTA.
-size_t fused_smem_bytes(int rows, int64_t KB, int64_t D, int64_t n_sel) {
+// Shared memory of score_topk_fused_v1_kernel for `rows` query blocks per CTA.
+size_t fused_v1_smem_bytes(int rows, int64_t KB, int64_t D, int64_t n_sel) {
   const size_t keys = size_t(rows) * size_t((KB + 3) / 4 * 4) * 4;
   const size_t dpad = size_t((D + kFusedCS - 1) / kFusedCS * kFusedCS);
   const size_t staging = (dpad * kFusedQStride + size_t(kFusedCS) * kFusedKStride) * 4;
   const size_t topk = size_t(kFusedWarps) * (256 * 4 + size_t(n_sel) * 8);
+  return keys + (staging > topk ? staging : topk);
+}
+
+// score_topk_fused_kernel (the comment above it): its constants and helpers.
+constexpr int kSelThreads = 512;
+constexpr int kSelWarps = kSelThreads / 32;
+constexpr int kSelKC = 256;                      // key blocks per chunk: 8 warp columns x 8 lanes x 4
+constexpr int kSelCS = 16;                       // channels per pooled K slice
+constexpr int kSelKStride = kSelKC + 4;          // floats per slice row: 16-byte rows
+constexpr int kSelSlice = kSelCS * kSelKStride;  // floats per pooled K slice buffer (two of them)
+constexpr int kSelHist = 260;                    // words per warp's histogram: 256 bins, a dummy, 16-byte rows
+static_assert(kSelThreads * 8 == kSelKC * kSelCS, "staging: 2 key blocks x 4 channels per thread per slice");
+static_assert(kSelWarps == 16, "warps: 2 row halves x 8 key columns of 32");
+
+// A thread's RPT rows of the CTA's 8·RPT (warp row wr, lane row group g =
+// lane / 8): 4·RPT·wr + (the first 4·(RPT / 4) rows: 4·(RPT / 4)·g + x, then
+// the last RPT % 4 (0 or 2): 16·(RPT / 4) + 2g + ..), so that a channel's rows
+// are RPT / 4 16-byte and one 8-byte shared load (RPT 6: 2 loads, not 3), each
+// of 4 distinct addresses per warp.
+template <int RPT>
+__device__ __forceinline__ int thread_row(int wr, int g, int x) {
+  constexpr int kQuads = RPT / 4;
+  return 4 * RPT * wr + (x < 4 * kQuads ? 4 * kQuads * g + x : 16 * kQuads + 2 * g + (x - 4 * kQuads));
+}
+template <int RPT>
+__device__ __forceinline__ void load_rows(float (&a)[RPT], const float* row0, int wr, int g) {
+  constexpr int kQuads = RPT / 4;
+  static_assert(RPT % 2 == 0, "rows per thread: even");
+#pragma unroll
+  for (int i = 0; i < kQuads; ++i) {
+    const float4 v = *reinterpret_cast<const float4*>(row0 + thread_row<RPT>(wr, g, 4 * i));
+    a[4 * i] = v.x, a[4 * i + 1] = v.y, a[4 * i + 2] = v.z, a[4 * i + 3] = v.w;
+  }
+  if constexpr (RPT % 4 != 0) {
+    const float2 v = *reinterpret_cast<const float2*>(row0 + thread_row<RPT>(wr, g, 4 * kQuads));
+    a[4 * kQuads] = v.x, a[4 * kQuads + 1] = v.y;
+  }
+}
+
+// r + (y < x): a 64-bit compare and a predicated add (3 instructions; written
+// in C, the compiler adds with a select: 4).
+__device__ __forceinline__ unsigned add_if_less(unsigned r, unsigned long long y, unsigned long long x) {
+  asm("{\n\t.reg .pred p;\n\tsetp.lt.u64 p, %1, %2;\n\t@p add.u32 %0, %0, 1;\n\t}" : "+r"(r) : "l"(y), "l"(x));
+  return r;
+}
+
+// One row's top-k for score_topk_fused_kernel: the LUT and map of
+// warp_radix_select_row (the same T, the n_sel-th smallest 64-bit key
+// (~ordered_bits(score) << 32) | j, selected = keys <= T, LUT by rank), by a
+// cheaper route. keys: the row's score halves in shared memory (j < kblocks
+// read); the lane holds hi[k] for j = lane + 32k in registers, 0xFFFFFFFF past
+// kblocks (padding: above every real key, since a real key with that score
+// half has the smaller index, so never among the n_sel <= kblocks smallest).
+//   - The leading bytes all candidates share are skipped (below).
+//   - Radix passes over the score half, 8 bits each from the top: one shared
+//     atomic add per key into the warp's 256 bins (keys off the prefix into a
+//     dummy bin), the owner lane of the bin where the count reaches
+//     `remaining` by one warp scan and a ballot, the digit by an 8-lane scan of
+//     that lane's bins. A pass ends the search where T's bin holds exactly
+//     `remaining` keys: then the whole bin is selected and nothing below its
+//     prefix matters (selected = score half <= prefix | ~mask, the same set as
+//     keys <= T); the bin at T's rank rarely holds two keys after 16 bits, so
+//     random rows take 2.2 passes on average (CPU emulation, 256 or 591
+//     normal scores) instead of 4.
+//   - After four passes without that: T's score half is exact and its index the
+//     remaining-th of the keys with it in index order (the ballot walk of
+//     warp_radix_select_row).
+//   - The LUT: the selected keys gathered by ballots into `sel` (n_sel, padded
+//     to even with ~0), each one's rank counted against pairs of them (one
+//     16-byte broadcast load per two keys).
+// hist: the warp's 256 bins and a dummy (kSelHist words, 16-byte aligned);
+// sel: its (n_sel + 2) & ~1 keys.
+template <int KPL>
+__device__ __forceinline__ void fused_select_row(const uint32_t* keys, int kblocks, int n_sel, unsigned* hist,
+                                                 unsigned long long* sel, int32_t* lut, uint8_t* map, int lane) {
+  uint32_t hi[KPL];
+#pragma unroll
+  for (int k = 0; k < KPL; ++k) {
+    const int j = lane + 32 * k;
+    hi[k] = j < kblocks ? keys[j] : 0xFFFFFFFFu;
+  }
+  const int sub = lane & 7;
+  // Leading bytes every candidate shares: T's score half lies between the
+  // row's smallest and an upper bound `ub` (with m = ceil(n_sel / 32) <= 2,
+  // every lane holds m keys <= the largest lane's m-th smallest, so at least
+  // n_sel keys are). The bits above the first one where those two differ are
+  // T's, and no key lies below that prefix: the passes start at the byte that
+  // differs (the second where the top scores share sign and exponent's top 7
+  // bits: one pass of four fewer).
+  uint32_t lo1 = 0xFFFFFFFFu, lo2 = 0xFFFFFFFFu;  // the lane's smallest and second smallest
+  if (n_sel <= 32) {
+#pragma unroll
+    for (int k = 0; k < KPL; ++k) lo1 = min(lo1, hi[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < KPL; ++k) lo2 = min(lo2, max(lo1, hi[k])), lo1 = min(lo1, hi[k]);
+  }
+  const uint32_t row_min = __reduce_min_sync(0xffffffffu, lo1);
+  const uint32_t ub = n_sel <= 32   ? __reduce_max_sync(0xffffffffu, lo1)
+                      : n_sel <= 64 ? __reduce_max_sync(0xffffffffu, lo2)
+                                    : 0xFFFFFFFFu;
+  const int skip = __clz(row_min ^ ub) / 8;  // whole bytes (4 where equal)
+  uint32_t mask = skip == 0 ? 0u : ~0u << (32 - 8 * skip);  // T's score half, digit by digit
+  uint32_t prefix = row_min & mask;
+  unsigned remaining = unsigned(n_sel);  // T's rank (1-based) among the keys matching prefix
+  bool whole_bin = false;
+#pragma unroll 1
+  for (int pass = skip; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    const unsigned byte_sel = 0x4440u | unsigned(3 - pass);  // __byte_perm: that byte, zeros above
+    reinterpret_cast<uint4*>(hist)[2 * lane] = make_uint4(0u, 0u, 0u, 0u);
+    reinterpret_cast<uint4*>(hist)[2 * lane + 1] = make_uint4(0u, 0u, 0u, 0u);
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < KPL; ++k) {
+      // Keys off the prefix count in bin 256, never read: an add under an
+      // `if` (or a predicated red.shared) compiles to a branch around it, 3
+      // more instructions a key; the unconditional one is ATOMS.POPC.INC,
+      // which adds once per distinct address of the warp.
+      const unsigned bin = __byte_perm(hi[k], 0u, byte_sel);
+      atomicAdd(hist + (((hi[k] ^ prefix) & mask) == 0u ? bin : 256u), 1u);
+    }
+    __syncwarp();
+    // The owner lane (bins 8·lane .. 8·lane + 7) of the bin where the count reaches `remaining`.
+    const uint4 h0 = reinterpret_cast<const uint4*>(hist)[2 * lane];
+    const uint4 h1 = reinterpret_cast<const uint4*>(hist)[2 * lane + 1];
+    const unsigned sum = h0.x + h0.y + h0.z + h0.w + h1.x + h1.y + h1.z + h1.w;
+    const unsigned incl = warp_inclusive_sum(sum, lane);
+    const int owner = __ffs(__ballot_sync(0xffffffffu, incl >= remaining)) - 1;
+    const unsigned below_owner = __shfl_sync(0xffffffffu, incl - sum, owner);
+    // The digit: an inclusive scan of the owner's 8 bins over lanes 0-7 (each 8-lane group the same).
+    const unsigned c = hist[owner * 8 + sub];
+    unsigned ci = c;
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      const unsigned u = __shfl_up_sync(0xffffffffu, ci, o, 8);
+      if (sub >= o) ci += u;
+    }
+    const int e = __ffs(__ballot_sync(0xffffffffu, below_owner + ci >= remaining) & 0xffu) - 1;
+    const unsigned count = __shfl_sync(0xffffffffu, c, e);
+    const unsigned below = below_owner + __shfl_sync(0xffffffffu, ci, e) - count;  // matching keys in lower bins
+    prefix |= unsigned(owner * 8 + e) << shift;
+    mask |= 255u << shift;
+    remaining -= below;
+    __syncwarp();  // every lane has read the bins before the next pass (or row) clears them
+    if (count == remaining) {  // warp-uniform
+      whole_bin = true;
+      break;
+    }
+  }
+  uint32_t t_hi = prefix, t_index = 0xFFFFFFFFu;
+  if (whole_bin) {
+    t_hi = prefix | ~mask;
+  } else {
+    // T's index: the remaining-th block, in index order, of those whose score half is `prefix`.
+    unsigned need = remaining;
+    bool found = false;
+#pragma unroll
+    for (int k = 0; k < KPL; ++k)
+      if (!found) {
+        const bool match = hi[k] == prefix;
+        const unsigned bal = __ballot_sync(0xffffffffu, match);
+        const unsigned cnt = __popc(bal);
+        if (need <= cnt) {
+          const bool hit = match && unsigned(__popc(bal & ((1u << lane) - 1u))) == need - 1;
+          t_index = uint32_t(32 * k + __ffs(__ballot_sync(0xffffffffu, hit)) - 1);
+          found = true;
+        } else {
+          need -= cnt;
+        }
+      }
+  }
+  const unsigned long long T = (uint64_t(t_hi) << 32) | t_index;
+  if (map) {
+#pragma unroll
+    for (int k = 0; k < KPL; ++k) {
+      const int j = lane + 32 * k;
+      if (j < kblocks) map[j] = ((uint64_t(hi[k]) << 32) | uint32_t(j)) <= T ? 1 : 0;
+    }
+  }
+  if (!lut) return;
+  unsigned base = 0;
+#pragma unroll
+  for (int k = 0; k < KPL; ++k) {
+    const unsigned long long key = (uint64_t(hi[k]) << 32) | uint32_t(lane + 32 * k);
+    const bool take = key <= T;
+    const unsigned bal = __ballot_sync(0xffffffffu, take);
+    if (take) sel[base + __popc(bal & ((1u << lane) - 1u))] = key;
+    base += __popc(bal);
+  }
+  if (lane == 0 && (n_sel & 1)) sel[n_sel] = ~0ull;  // pairs: the pad counts for no one
+  __syncwarp();
+  const ulonglong2* const sel2 = reinterpret_cast<const ulonglong2*>(sel);
+  const int pairs = (n_sel + 1) / 2;
+  for (int s0 = 0; s0 < n_sel; s0 += 64) {  // warp-uniform
+    const int sa = s0 + lane, sb = s0 + 32 + lane;
+    const unsigned long long xa = sa < n_sel ? sel[sa] : ~0ull;
+    unsigned ra = 0;
+    if (n_sel - s0 > 32) {
+      const unsigned long long xb = sb < n_sel ? sel[sb] : ~0ull;
+      unsigned rb = 0;
+#pragma unroll 4
+      for (int t = 0; t < pairs; ++t) {
+        const ulonglong2 y = sel2[t];
+        ra = add_if_less(ra, y.x, xa), ra = add_if_less(ra, y.y, xa);
+        rb = add_if_less(rb, y.x, xb), rb = add_if_less(rb, y.y, xb);
+      }
+      if (sb < n_sel) lut[rb] = int32_t(uint32_t(xb));
+    } else {
+#pragma unroll 4
+      for (int t = 0; t < pairs; ++t) {
+        const ulonglong2 y = sel2[t];
+        ra = add_if_less(ra, y.x, xa), ra = add_if_less(ra, y.y, xa);
+      }
+    }
+    if (sa < n_sel) lut[ra] = int32_t(uint32_t(xa));
+  }
+  __syncwarp();  // every lane has read sel before this warp's next row gathers into it
+}
+
+// Score and top-k in one kernel (sla_block_select_from_sums_cuda's default;
+// TD_SLA_SELECT=two_kernel runs score_tiled_kernel<true> then the top-k, and
+// fused_v1.. the first version above). A CTA of 512 threads takes 8·RPT query
+// blocks (16, 32, 48 or 64) of one (b, h) against all key blocks:
+//   1. pooled Q of its rows from the 64-token sums, all channels, [channel][row];
+//   2. the scores in chunks of 256 key blocks: smoothed pooled K staged in
+//      16-channel slices ([channel][block], two buffers: one barrier a slice),
+//      the next slice's sums loaded into registers while this one is
+//      multiplied; a thread holds RPT rows x 4 blocks (warp: 4 row groups x 8
+//      block quads; per channel RPT / 4 + 1 16-byte shared loads, and one 8-byte
+//      load where RPT % 4 = 2, for 4·RPT FMAs); each finished chunk leaves
+//      ~ordered_bits(score), the top half of the top-k key, in shared memory;
+//   3. a warp per row (rows warp, warp + 16, ..) runs fused_select_row on those
+//      keys: the LUT and map of topk_radix_warp_kernel.
+// The same bits as the two kernels: pooled Q and K are the values
+// score_tiled_kernel<true> stages (the same float4 sums over the 64-token
+// blocks in the same order, then / tokens; a power-of-two token count is
+// multiplied by its exact reciprocal, which rounds the same exact quotient),
+// every score is fmaf(q_c, k_c, acc) from 0.f for c = 0, 1, ... in order (the
+// channels padded with zeros to a multiple of 16 here and of 32 there:
+// fmaf(0, 0, acc) is acc, or +0 for -0, the same key), and the key is
+// (~ordered_bits(score) << 32) | j; fused_select_row selects the same set and
+// ranks it the same (ties by index). The scores never reach global memory (no
+// reader of the workspace's score slot exists after this call).
+// Why it replaced score_topk_fused_v1_kernel (1024 threads x 64 registers, 4 x
+// 4 blocks): that one measured 45 us at 1x12x32760 (ncu 38.4 us, 60% issue,
+// like the two kernels), not the ~14 us it predicted. Its SASS profile: the
+// top-k was 40% of the stall samples and 43% of the instructions, 1545 warp
+// instructions a row (4 histogram passes of ~232: shared load, bounds check
+// and a branch around each key's atomic, ~17 a key; the index walk, gather and
+// rank count ~530), 12 rows per scheduler with 48 rows on 32 warps; the score
+// phase issued 92 staging instructions per thread per slice (half as many as
+// its FFMAs: 64-bit address math, per-slice token counts), ran 6 of its 8
+// warps a scheduler at 48 rows, and at 64 registers the compiler fetched one
+// channel of shared loads ahead (short_scoreboard: the FFMAs waiting on them).
+// This one: 128 registers (RPT x 4 accumulators; shared loads two channels
+// ahead), every warp doing FMAs (8·RPT rows, not 64 rows with a quarter idle),
+// 4·RPT FMAs a warp-channel for RPT / 4 + 1.5 loads (48 rows: 24 for 3, was
+// 16 for 2), per-chunk staging state (~50 instructions a warp-slice, was
+// ~90); the top-k of fused_select_row: keys in registers, 5 instructions a key
+// a pass, the leading byte skipped and most rows done after 2.2 passes (was 4
+// and the walk): ~550 instructions a row at 256 blocks, ~1.3 K at 591.
+// One CTA per SM (512 x 128 registers); launch_fused_select picks the rows
+// whose ceil(CTAs / SMs) x (rows + 16) is least among those whose shared
+// memory fits: keys rows x KB x 4 B + max(staging: Q dpad x (rows + 4) x 4 B
+// + K 33 KB, top-k scratch: 16 x (1 KB of bins + 8·n_sel B)).
+// Predicted (H200, 132 SMs, ~1.9 GHz, 4 schedulers x 32 FP32 lanes per SM):
+//   1x12x32760 (QB 512, KB 256, n_sel 25): 48 rows (RPT 6) -> 11 x 12 = 132
+//   CTAs, one wave, 106.5 KB. Scores: 8 slices x 4 warps a scheduler x (384
+//   FFMA + 48 LDS + ~90) = 16.7 K issue cycles (FFMA alone 12.3 K), ~18.5 K at
+//   90%; top-k 4 warps x 3 rows x ~550 = 6.6 K cycles (~7 K with latency);
+//   prologue (PDL wait, Q, first slice: one L2 round trip) ~1.5 K, barriers
+//   ~0.5 K: ~27.5 K cycles = ~14.5 us (v1: 38.4 us under ncu, 45 in bench_sla:
+//   ~20 us there).
+//   1x40x75600 (QB 1182, KB 591, n_sel 59): 64 rows (RPT 8) -> 19 x 40 = 760
+//   CTAs, 5.76 waves, 214.5 KB. Scores: 16 full slices x 4 x (512 + 48 + 90) =
+//   41.6 K + the 79-block chunk's 8 slices at <= 2 active warps a scheduler
+//   ~12 K, ~59.5 K at 90%; top-k 4 x 4 rows x ~1.3 K = 20.8 K; ~82 K cycles =
+//   ~43 us a CTA, 6 waves: ~0.26 ms (v1: 0.575-0.599 ms; the FMA floor 3.58 G
+//   / (132 x 128 x 1.9 GHz) = 0.11 ms).
+template <int RPT, int KPL>
+__global__ void __launch_bounds__(kSelThreads, 1) score_topk_fused_kernel(const FusedSelectParams p) {
+  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
+  pdl_launch_dependents();
+  constexpr int kRows = 8 * RPT, kQStride = kRows + 4;
+  extern __shared__ __align__(16) unsigned char fused_smem[];
+  uint32_t* const skey = reinterpret_cast<uint32_t*>(fused_smem);  // [kRows][key_stride]
+  const int dpad = (p.dim + kSelCS - 1) / kSelCS * kSelCS;
+  float* const qs = reinterpret_cast<float*>(fused_smem + p.scratch);  // [dpad][kQStride]
+  float* const ks = qs + dpad * kQStride;                               // [2][kSelCS][kSelKStride]
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int i0 = int(blockIdx.x) * kRows;
+  const int64_t bh = int64_t(blockIdx.z) * p.heads + blockIdx.y;
+  const int rows_here = min(kRows, p.qblocks - i0);
+
+  // K staging: thread t pools channels 4(t % 4) .. + 3 of the slice for key
+  // blocks kp, kp + 1 of the chunk (a warp: 16 blocks x 64 contiguous bytes per
+  // 64-token sum) and stores them as four 8-byte pairs ([channel][block]).
+  const int cq = tid % 4, kp = 2 * (tid / 4);
+  const float* const ksrc = p.k_sum + bh * p.k_sub_stride * p.dim + 4 * cq;
+  float4 pre[2][2];  // [block][sum]: the next slice's sums in flight (k_sub == 2: both halves, added at staging)
+  // The fetched chunk's two blocks: their sums at channel 4·cq (null past
+  // kblocks), 1/tokens where tokens is a power of two (else 0), tokens.
+  int f_chunk = -1;
+  const float* f_src[2];
+  float f_recip[2], f_tokens[2];
+  auto fetch = [&](int chunk, int slice) {
+    if (chunk != f_chunk) {  // warp-uniform; once per chunk
+      f_chunk = chunk;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = chunk * kSelKC + kp + h, n = min(p.len, (j + 1) * p.block_k) - j * p.block_k;
+        f_src[h] = j < p.kblocks ? ksrc + int64_t(j) * p.k_sub * p.dim : nullptr;
+        f_recip[h] = (n & (n - 1)) == 0 ? __int_as_float((128 - __ffs(n)) << 23) : 0.f;  // as div_tokens
+        f_tokens[h] = float(n);
+      }
+    }
+    const bool in = slice * kSelCS + 4 * cq < p.dim;  // dim % 4 == 0: a float4 is all in or all out
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pre[h][0] = pre[h][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (f_src[h] && in) {
+        const float* src = f_src[h] + slice * kSelCS;
+        pre[h][0] = *reinterpret_cast<const float4*>(src);
+        if (p.k_sub == 2) {
+          pre[h][1] = *reinterpret_cast<const float4*>(src + p.dim);
+        } else {
+          for (int s = 1; s < p.k_sub; ++s) {  // the same order as score_tiled_kernel's sum
+            const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+            pre[h][0].x += a.x, pre[h][0].y += a.y, pre[h][0].z += a.z, pre[h][0].w += a.w;
+          }
+        }
+      }
+    }
+  };
+  // The fetched slice, pooled (sum / tokens, the bits of div_tokens), into `buf`.
+  auto stage = [&](float* buf) {
+    float4 v[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      v[h] = pre[h][0];
+      if (p.k_sub == 2) v[h].x += pre[h][1].x, v[h].y += pre[h][1].y, v[h].z += pre[h][1].z, v[h].w += pre[h][1].w;
+      if (f_src[h]) {
+        if (f_recip[h] != 0.f) {
+          const float r = f_recip[h];
+          v[h] = make_float4(v[h].x * r, v[h].y * r, v[h].z * r, v[h].w * r);
+        } else {
+          const float n = f_tokens[h];
+          v[h] = make_float4(v[h].x / n, v[h].y / n, v[h].z / n, v[h].w / n);
+        }
+      }
+    }
+    float* const dst = buf + 4 * cq * kSelKStride + kp;
+    *reinterpret_cast<float2*>(dst) = make_float2(v[0].x, v[1].x);
+    *reinterpret_cast<float2*>(dst + kSelKStride) = make_float2(v[0].y, v[1].y);
+    *reinterpret_cast<float2*>(dst + 2 * kSelKStride) = make_float2(v[0].z, v[1].z);
+    *reinterpret_cast<float2*>(dst + 3 * kSelKStride) = make_float2(v[0].w, v[1].w);
+  };
+  fetch(0, 0);  // in flight during pooled Q
+
+  // Pooled Q of the CTA's rows, all channels, [channel][row] (lanes along rows).
+#pragma unroll 4
+  for (int e = tid; e < kRows * (dpad / 4); e += kSelThreads) {
+    const int r = e % kRows, c = e / kRows * 4;
+    float4 qv = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows_here && c < p.dim) {
+      const int i = i0 + r;
+      const float* src = p.q_sum + (bh * p.q_sub_stride + int64_t(i) * p.q_sub) * p.dim + c;
+      qv = *reinterpret_cast<const float4*>(src);
+      for (int s = 1; s < p.q_sub; ++s) {
+        const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+        qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
+      }
+      qv = div_tokens(qv, min(p.len, (i + 1) * p.block_q) - i * p.block_q);
+    }
+    qs[(c + 0) * kQStride + r] = qv.x;
+    qs[(c + 1) * kQStride + r] = qv.y;
+    qs[(c + 2) * kQStride + r] = qv.z;
+    qs[(c + 3) * kQStride + r] = qv.w;
+  }
+  stage(ks);
+
+  // Scores. Warp w: rows 4·RPT·(w % 2) .. (thread_row), key blocks 32·(w / 2) ..
+  // of the chunk (the key columns of a short last chunk spread over the 4
+  // schedulers); lanes 4 x 8: RPT rows, key blocks kq .. kq + 3.
+  const int wr = warp % 2, wc = warp / 2, g = lane / 8;
+  const int kq = 32 * wc + 4 * (lane % 8);
+  const bool warp_rows = 4 * RPT * wr < rows_here;  // warp-uniform
+  float acc[RPT][4];
+#pragma unroll
+  for (int x = 0; x < RPT; ++x)
+#pragma unroll
+    for (int y = 0; y < 4; ++y) acc[x][y] = 0.f;
+  const int slices = dpad / kSelCS, chunks = (p.kblocks + kSelKC - 1) / kSelKC;
+  __syncthreads();  // pooled Q and the first slice
+  int step = 0;
+#pragma unroll 1
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const bool active = warp_rows && chunk * kSelKC + 32 * wc < p.kblocks;  // warp-uniform
+#pragma unroll 1
+    for (int slice = 0; slice < slices; ++slice, ++step) {
+      const bool last = slice + 1 == slices, more = !last || chunk + 1 < chunks;
+      if (more) fetch(last ? chunk + 1 : chunk, last ? 0 : slice + 1);  // in flight during the FMAs below
+      if (active) {
+        const float* const qc = qs + slice * kSelCS * kQStride;
+        const float* const kc = ks + (step & 1) * kSelSlice + kq;
+#pragma unroll
+        for (int c = 0; c < kSelCS; ++c) {
+          float a[RPT];
+          load_rows<RPT>(a, qc + c * kQStride, wr, g);
+          const float4 b = *reinterpret_cast<const float4*>(kc + c * kSelKStride);
+#pragma unroll
+          for (int x = 0; x < RPT; ++x) {
+            acc[x][0] = fmaf(a[x], b.x, acc[x][0]);
+            acc[x][1] = fmaf(a[x], b.y, acc[x][1]);
+            acc[x][2] = fmaf(a[x], b.z, acc[x][2]);
+            acc[x][3] = fmaf(a[x], b.w, acc[x][3]);
+          }
+        }
+      }
+      if (more) stage(ks + ((step + 1) & 1) * kSelSlice);
+      __syncthreads();  // this slice consumed, the next staged
+    }
+    // The chunk's scores are complete: their keys' top halves (rows past
+    // rows_here and blocks past kblocks are written, never read).
+    const int j0 = chunk * kSelKC + kq;
+    if (j0 < p.key_stride)
+#pragma unroll
+      for (int x = 0; x < RPT; ++x)
+        *reinterpret_cast<uint4*>(skey + thread_row<RPT>(wr, g, x) * p.key_stride + j0) =
+            make_uint4(~ordered_bits(acc[x][0]), ~ordered_bits(acc[x][1]), ~ordered_bits(acc[x][2]),
+                       ~ordered_bits(acc[x][3]));
+#pragma unroll
+    for (int x = 0; x < RPT; ++x)
+#pragma unroll
+      for (int y = 0; y < 4; ++y) acc[x][y] = 0.f;
+  }
+  __syncthreads();  // the keys are complete (and the staging memory free for the top-k)
+
+  // Top-k: a warp per row (rows warp, warp + 16, ...); bins and sel reuse the staging memory.
+  unsigned* const hist = reinterpret_cast<unsigned*>(fused_smem + p.scratch) + warp * kSelHist;
+  unsigned long long* const sel =
+      reinterpret_cast<unsigned long long*>(fused_smem + p.scratch + kSelWarps * kSelHist * 4) +
+      size_t(warp) * p.sel_stride;
+  for (int r = warp; r < rows_here; r += kSelWarps) {  // warp-uniform
+    const int64_t row = bh * p.qblocks + i0 + r;
+    fused_select_row<KPL>(skey + r * p.key_stride, p.kblocks, p.n_sel, hist, sel,
+                          p.lut ? p.lut + row * p.n_sel : nullptr, p.map ? p.map + row * p.kblocks : nullptr, lane);
+  }
+}
+
+// Shared memory of score_topk_fused_kernel for `rows` (8·RPT) query blocks per
+// CTA: the keys' score halves, then the larger of the staging (pooled Q, two
+// pooled K slices) and the top-k scratch (16 warps x (257 bins + the selected keys)).
+size_t fused_smem_bytes(int rows, int64_t KB, int64_t D, int64_t n_sel) {
+  const size_t keys = size_t(rows) * size_t((KB + 3) / 4 * 4) * 4;
+  const size_t dpad = size_t((D + kSelCS - 1) / kSelCS * kSelCS);
+  const size_t staging = (dpad * size_t(rows + 4) + 2 * size_t(kSelSlice)) * 4;
+  const size_t topk = size_t(kSelWarps) * (kSelHist * 4 + size_t((n_sel + 2) & ~int64_t(1)) * 8);
   return keys + (staging > topk ? staging : topk);
 }
 
@@ -1002,9 +1464,11 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
 //   - rows of more than 32·32 key blocks or n_sel > kTopkWarpMaxSel (the warp
 //     select's limits: a lane holds 32 keys at most, and the rank count is
 //     quadratic in n_sel), or no row count whose shared memory fits the device
-//     (e.g. n_sel = 640: 192 KB of top-k scratch).
+//     (n_sel = 640: 96.5 KB of top-k scratch here, 192 KB in fused_v1).
 // TD_SLA_SELECT=fused16 / fused32 / fused48 / fused64 fixes the rows per CTA
-// (where they fit) instead of the wave count below, for measuring.
+// (where they fit) instead of the wave count below, for measuring;
+// TD_SLA_SELECT=fused_v1 (rows by the same rule) or fused_v1_16 / 32 / 48 / 64
+// runs the first version, score_topk_fused_v1_kernel.
 Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_sub_stride, const float* k_sum64,
                            int64_t k_sub_stride, uint8_t* block_map, int32_t* lut, cudaStream_t st, bool* launched) {
   *launched = false;
@@ -1020,12 +1484,17 @@ Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_
     cudaGetLastError();
     return Status::Ok;
   }
+  const bool v1 = env && std::strncmp(env, "fused_v1", 8) == 0;
   int forced = 0;
-  if (env && std::strncmp(env, "fused", 5) == 0) forced = std::atoi(env + 5);
+  if (v1) forced = std::atoi(env + 8 + (env[8] == '_' ? 1 : 0));
+  else if (env && std::strncmp(env, "fused", 5) == 0) forced = std::atoi(env + 5);
+  auto smem_for = [&](int r) {
+    return v1 ? fused_v1_smem_bytes(r, KB, p.head_dim, n_sel) : fused_smem_bytes(r, KB, p.head_dim, n_sel);
+  };
   int rows = 0;
   int64_t best = 0;
   for (const int r : {64, 48, 32, 16}) {
-    if (fused_smem_bytes(r, KB, p.head_dim, n_sel) > size_t(smem_max)) continue;
+    if (smem_for(r) > size_t(smem_max)) continue;
     if (r == forced) {
       rows = r;
       break;
@@ -1054,29 +1523,49 @@ Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_
   fp.rows = rows;
   fp.key_stride = int((KB + 3) / 4 * 4);
   fp.scratch = rows * fp.key_stride * 4;
+  fp.sel_stride = int((n_sel + 2) & ~int64_t(1));
   fp.q_sub_stride = q_sub_stride;
   fp.k_sub_stride = k_sub_stride;
-  const size_t smem = fused_smem_bytes(rows, KB, p.head_dim, n_sel);
+  const size_t smem = smem_for(rows);
   const dim3 grid(unsigned((QB + rows - 1) / rows), unsigned(p.heads), unsigned(p.batch));
-  auto go = [&](auto kpl) -> Status {
-    constexpr int kKPL = decltype(kpl)::value;
+  // One instance: kernel<...> with `threads` per CTA (not launched, Ok, where
+  // the device refuses its shared memory: the two kernels run).
+  auto launch = [&](auto kernel, unsigned threads) -> Status {
     if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(score_topk_fused_kernel<kKPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(smem)) != cudaSuccess) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
       cudaGetLastError();
-      return Status::Ok;  // not launched: the two kernels run
+      return Status::Ok;
     }
     *launched = true;
-    return launch_error(
-        launch_pdl(true, score_topk_fused_kernel<kKPL>, grid, dim3(kFusedThreads), smem, st, fp),
-        "score_topk_fused");
+    return launch_error(launch_pdl(true, kernel, grid, dim3(threads), smem, st, fp), "score_topk_fused");
   };
-  if (KB <= 64) return go(std::integral_constant<int, 2>{});
-  if (KB <= 128) return go(std::integral_constant<int, 4>{});
-  if (KB <= 256) return go(std::integral_constant<int, 8>{});
-  if (KB <= 512) return go(std::integral_constant<int, 16>{});
-  if (KB <= 768) return go(std::integral_constant<int, 24>{});
-  return go(std::integral_constant<int, 32>{});
+  // Keys per lane in the top-k: the fewest that hold a row.
+  auto by_kpl = [&](auto go) -> Status {
+    if (KB <= 64) return go(std::integral_constant<int, 2>{});
+    if (KB <= 128) return go(std::integral_constant<int, 4>{});
+    if (KB <= 256) return go(std::integral_constant<int, 8>{});
+    if (KB <= 512) return go(std::integral_constant<int, 16>{});
+    if (KB <= 640) return go(std::integral_constant<int, 20>{});
+    if (KB <= 768) return go(std::integral_constant<int, 24>{});
+    return go(std::integral_constant<int, 32>{});
+  };
+  if (v1)
+    return by_kpl([&](auto kpl) {
+      constexpr int kKPL = decltype(kpl)::value == 20 ? 24 : decltype(kpl)::value;
+      return launch(score_topk_fused_v1_kernel<kKPL>, unsigned(kFusedThreads));
+    });
+  auto by_rows = [&](auto rpt) -> Status {
+    constexpr int kRPT = decltype(rpt)::value;
+    return by_kpl([&](auto kpl) {
+      return launch(score_topk_fused_kernel<kRPT, decltype(kpl)::value>, unsigned(kSelThreads));
+    });
+  };
+  switch (rows) {
+    case 16: return by_rows(std::integral_constant<int, 2>{});
+    case 32: return by_rows(std::integral_constant<int, 4>{});
+    case 48: return by_rows(std::integral_constant<int, 6>{});
+    default: return by_rows(std::integral_constant<int, 8>{});
+  }
 }
 
 }  // namespace
