@@ -1565,7 +1565,7 @@ TEST(SlaGpu, KvPartialPartitionsEqualBitForBit) {
 }
 
 // The Staged apply's variants (TD_SLA_APPLY=staged128: linear_apply_staged_kernel;
-// default: linear_apply_prefetch_kernel, with TD_SLA_APPLY_PF=N prefetching N CTAs
+// default: linear_apply_warp_copy_kernel, with TD_SLA_APPLY_PF=N prefetching N CTAs
 // ahead, 0 none) write the same bits: onto identical copies of a random o (its
 // padding, where the o stride has some, NaN-poisoned and left as it was) after
 // one K/V half (sla_linear_prepare_stats_cuda), through sla_linear_apply_cuda and

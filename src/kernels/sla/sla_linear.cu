@@ -790,8 +790,8 @@ __global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(c
   }
 }
 
-// The Staged apply, leaner and fed from the L2 (linear_apply_prefetch_kernel,
-// the default of the chained and the plain Staged launch since session 15;
+// The Staged apply, leaner (linear_apply_warp_copy_kernel, the default of the
+// chained and the plain Staged launch since session 14;
 // TD_SLA_APPLY=staged128 runs linear_apply_staged_kernel instead, read per
 // call). Same CTA (128 rows, 8 warps of 16 rows, 2 CTAs per SM by 98 KB of
 // shared memory and <= 128 registers), same bits: every mma takes the same
@@ -815,8 +815,8 @@ __global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(c
 //     CTAs per SM, each load -> compute -> store in turn, DRAM otherwise idles
 //     between loads. L2 held for it: a wave of Q + o tiles, 264 x 64 KB =
 //     17 MB of 50 MB. A head's last (partial) tile is not prefetched.
-//     TD_SLA_APPLY_PF=N prefetches N CTAs ahead instead (0: none; read per
-//     call): the A/B for the prefetch alone.
+//     Measured slower on the H200 (apply_prefetch_ctas): off by default,
+//     TD_SLA_APPLY_PF=N or =wave turns it on (read per call).
 //   - Q and o copied by warp (each warp its own 16 rows: the o tile waits for
 //     a __syncwarp, not a CTA barrier), M by the CTA at constant offsets; row
 //     pointers advance by a stride, shared offsets repeat every 8 rows, and
@@ -843,7 +843,7 @@ __global__ void __launch_bounds__(kApplyThreads, 2) linear_apply_staged_kernel(c
 // SageSLA's chain); 2.32 GB at 1x40x75600 (23640 CTAs, 90 waves): 0.65-0.70
 // ms (issue 0.25 ms).
 template <int D>
-struct PrefetchApplyTraits {
+struct WarpCopyApplyTraits {
   static constexpr int kQBytes = kApplyRows * D * 2;
   static constexpr int kMBytes = D * D * 2;
   static constexpr int kOBytes = kApplyRows * D * 2;
@@ -1053,8 +1053,8 @@ struct ApplyAhead {
 
 template <int D, int FM>
 __global__ void __launch_bounds__(kApplyThreads, 2)
-    linear_apply_prefetch_kernel(const LinParams p, const ApplyAhead pf) {
-  using T = PrefetchApplyTraits<D>;
+    linear_apply_warp_copy_kernel(const LinParams p, const ApplyAhead pf) {
+  using T = WarpCopyApplyTraits<D>;
   constexpr int kChunks = D / 8;
   static_assert(kApplyThreads == 256 && kApplyRows == 128, "the prefetch: 4 warps a tile of 128 rows");
   extern __shared__ __align__(128) unsigned char smem[];
@@ -1907,18 +1907,24 @@ bool use_persist_apply(const SlaProblem& p) {
 }
 
 // Which Staged apply (A/B knob, read per call): TD_SLA_APPLY=staged128 ->
-// linear_apply_staged_kernel (the default until session 15), else
-// linear_apply_prefetch_kernel.
+// linear_apply_staged_kernel (the default until session 14), else
+// linear_apply_warp_copy_kernel.
 bool use_staged128_apply() {
   const char* e = std::getenv("TD_SLA_APPLY");
   return e && std::strcmp(e, "staged128") == 0;
 }
 
-// linear_apply_prefetch_kernel's prefetch distance in CTAs: TD_SLA_APPLY_PF=N
-// (read per call; 0: no prefetch), else the CTAs of it the device holds at
-// once (SMs x CTAs per SM: the next wave). Only the timing depends on it.
+// linear_apply_warp_copy_kernel's L2 prefetch distance in CTAs: none by
+// default (measured on the H200, session 14, four pairs in one call: projection
+// + apply 0.109-0.114 ms without against 0.120-0.123 with one wave ahead at
+// 1x12x32760, 0.663 against 0.771 at 1x40x75600; the chain 1.177-1.186
+// against 1.183-1.190); TD_SLA_APPLY_PF=N prefetches N CTAs ahead, =wave the
+// CTAs the device holds at once (SMs x CTAs per SM). Read per call; only the
+// timing depends on it.
 int64_t apply_prefetch_ctas(const void* kernel, int smem) {
-  if (const char* e = std::getenv("TD_SLA_APPLY_PF"); e && *e) return std::max<int64_t>(0, std::atoll(e));
+  const char* e = std::getenv("TD_SLA_APPLY_PF");
+  if (!e || !*e) return 0;
+  if (std::strcmp(e, "wave") != 0) return std::max<int64_t>(0, std::atoll(e));
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
@@ -1944,8 +1950,8 @@ Status launch_apply_staged(const SlaProblem& sp, const LinParams& p, cudaStream_
     return launch_error(launch_pdl(chained, kernel, grid, dim3(kApplyThreads), smem, st, p),
                         chained ? "linear_apply_staged (chained)" : "linear_apply_staged");
   }
-  auto kernel = linear_apply_prefetch_kernel<D, FM>;
-  constexpr int smem = PrefetchApplyTraits<D>::kSmemBytes;
+  auto kernel = linear_apply_warp_copy_kernel<D, FM>;
+  constexpr int smem = WarpCopyApplyTraits<D>::kSmemBytes;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return detail::sla_fail(Status::Unsupported,
                             "sla_linear_add_cuda: cannot raise shared memory to " + std::to_string(smem) + " bytes");
@@ -1958,7 +1964,7 @@ Status launch_apply_staged(const SlaProblem& sp, const LinParams& p, cudaStream_
     pf.db = int(ahead / blocks / sp.heads);
   }
   return launch_error(launch_pdl(chained, kernel, grid, dim3(kApplyThreads), smem, st, p, pf),
-                      chained ? "linear_apply_prefetch (chained)" : "linear_apply_prefetch");
+                      chained ? "linear_apply_warp_copy (chained)" : "linear_apply_warp_copy");
 }
 
 template <int D, int FM>
