@@ -27,7 +27,8 @@
 //      pass wrote, then the same top-k. By default one kernel does both
 //      (score_topk_fused_kernel: a CTA per group of query blocks, scores kept
 //      in shared memory, a warp radix select on them; the same LUT and map);
-//      TD_SLA_SELECT=two_kernel runs the two, fused_v1 the first fused kernel.
+//      TD_SLA_SELECT=two_kernel runs the two, fused_v1 / fused_v2 the earlier
+//      fused kernels (launch_fused_select lists the names).
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -970,6 +971,12 @@ __device__ __forceinline__ unsigned add_if_less(unsigned r, unsigned long long y
   return r;
 }
 
+// A barrier of the 64 threads of warps 2·id - 2 and 2·id - 1 (named barrier id,
+// 1..8; 0 is __syncthreads'): score_topk_fused_kernel<.., true>'s warp pair.
+__device__ __forceinline__ void pair_sync(int id) {
+  asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
+}
+
 // One row's top-k for score_topk_fused_kernel: the LUT and map of
 // warp_radix_select_row (the same T, the n_sel-th smallest 64-bit key
 // (~ordered_bits(score) << 32) | j, selected = keys <= T, LUT by rank), by a
@@ -1204,7 +1211,38 @@ __device__ __forceinline__ void fused_select_row(const uint32_t* keys, int kbloc
 //   ~12 K, ~59.5 K at 90%; top-k 4 x 4 rows x ~1.3 K = 20.8 K; ~82 K cycles =
 //   ~43 us a CTA, 6 waves: ~0.26 ms (v1: 0.575-0.599 ms; the FMA floor 3.58 G
 //   / (132 x 128 x 1.9 GHz) = 0.11 ms).
-template <int RPT, int KPL>
+// Measured (kPairSync false, now TD_SLA_SELECT=fused_v2 / fused16..64): 34-36
+// us in bench_sla at 1x12x32760 (ncu 33.6 us = ~64 K cycles, not 27.5 K),
+// 0.439 ms at 1x40x75600. Its SASS samples by phase (1x12x32760): prologue 10%
+// (~6.5 K cycles: the pooled sums' first global loads, long_scoreboard), score
+// loop 54% (~35 K cycles for ~16.8 K warp instructions a scheduler: 48%
+// issue), keys + barrier 6%, top-k 29% (~18.5 K cycles, 7.5 K instructions a
+// scheduler: latency-bound, 4 warps each). In the score loop the stalls were
+// those of warps in lock step: not_selected 22% (the scheduler's other warps
+// ready at the same moment), no_instruction 17% (all 16 warps fetching the same
+// new code after each barrier), mio 16% and short_scoreboard 13% (all warps'
+// shared loads issued in the same burst), barrier 3%; the CTA-wide
+// __syncthreads after every 16-channel slice re-aligns all 16 warps 8 times a
+// chunk.
+// kPairSync (the default; TD_SLA_SELECT=fused_v3[_16/32/48/64]): the slice
+// barrier is a named barrier of the 2 warps of one key column (bar.sync 1 +
+// wc, 64 threads). Warps 2c and 2c + 1 stage exactly the key blocks 32c ..
+// 32c + 31 that they alone read (thread t stages blocks 2(t / 4), + 1: warp w
+// blocks 16w .. 16w + 15), so a slice's consumers and producers are that pair;
+// pooled Q (read by every warp) keeps the __syncthreads after it, and the
+// keys the one before the top-k. The 8 pairs drift apart, so one pair's
+// barrier wait, instruction fetch or shared-load burst overlaps another's
+// FFMAs. The generic k_sub / q_sub loops (not 128- / 64-token blocks) are not
+// unrolled (less cold code between the hot blocks). Every value, and every
+// fmaf chain, is unchanged: the same bits.
+// Predicted: score loop issue from 48% to ~70% (of the ~16.8 K instructions a
+// scheduler: ~24 K cycles instead of ~35 K, -5.8 us); prologue and top-k
+// unchanged (~6.5 K + ~18.5 K + ~4 K keys/barrier): ~53 K cycles = ~28 us at
+// 1x12x32760 under ncu (bench ~29 us); at 1x40x75600 the loop is ~60% of the
+// time: ~0.38 ms (from 0.439). Reaching ~20 us needs the top-k's 18.5 K
+// cycles hidden too (it runs with all 16 warps idle of FFMAs; a second CTA
+// per SM at 24 rows, 256 threads would need the staging re-laid for 8 warps).
+template <int RPT, int KPL, bool kPairSync>
 __global__ void __launch_bounds__(kSelThreads, 1) score_topk_fused_kernel(const FusedSelectParams p) {
   pdl_wait();  // pdl.cuh: launched as a programmatic dependent
   pdl_launch_dependents();
@@ -1250,6 +1288,12 @@ __global__ void __launch_bounds__(kSelThreads, 1) score_topk_fused_kernel(const 
         pre[h][0] = *reinterpret_cast<const float4*>(src);
         if (p.k_sub == 2) {
           pre[h][1] = *reinterpret_cast<const float4*>(src + p.dim);
+        } else if constexpr (kPairSync) {
+#pragma unroll 1
+          for (int s = 1; s < p.k_sub; ++s) {  // the same order as score_tiled_kernel's sum
+            const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+            pre[h][0].x += a.x, pre[h][0].y += a.y, pre[h][0].z += a.z, pre[h][0].w += a.w;
+          }
         } else {
           for (int s = 1; s < p.k_sub; ++s) {  // the same order as score_tiled_kernel's sum
             const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
@@ -1293,9 +1337,17 @@ __global__ void __launch_bounds__(kSelThreads, 1) score_topk_fused_kernel(const 
       const int i = i0 + r;
       const float* src = p.q_sum + (bh * p.q_sub_stride + int64_t(i) * p.q_sub) * p.dim + c;
       qv = *reinterpret_cast<const float4*>(src);
-      for (int s = 1; s < p.q_sub; ++s) {
-        const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
-        qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
+      if constexpr (kPairSync) {
+#pragma unroll 1
+        for (int s = 1; s < p.q_sub; ++s) {
+          const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+          qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
+        }
+      } else {
+        for (int s = 1; s < p.q_sub; ++s) {
+          const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
+          qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
+        }
       }
       qv = div_tokens(qv, min(p.len, (i + 1) * p.block_q) - i * p.block_q);
     }
@@ -1345,7 +1397,10 @@ __global__ void __launch_bounds__(kSelThreads, 1) score_topk_fused_kernel(const 
         }
       }
       if (more) stage(ks + ((step + 1) & 1) * kSelSlice);
-      __syncthreads();  // this slice consumed, the next staged
+      if constexpr (kPairSync)
+        pair_sync(1 + wc);  // this slice consumed and the next staged by the 2 warps that read its 32 columns
+      else
+        __syncthreads();  // this slice consumed, the next staged
     }
     // The chunk's scores are complete: their keys' top halves (rows past
     // rows_here and blocks past kblocks are written, never read).
@@ -1465,10 +1520,13 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
 //     select's limits: a lane holds 32 keys at most, and the rank count is
 //     quadratic in n_sel), or no row count whose shared memory fits the device
 //     (n_sel = 640: 96.5 KB of top-k scratch here, 192 KB in fused_v1).
-// TD_SLA_SELECT=fused16 / fused32 / fused48 / fused64 fixes the rows per CTA
-// (where they fit) instead of the wave count below, for measuring;
-// TD_SLA_SELECT=fused_v1 (rows by the same rule) or fused_v1_16 / 32 / 48 / 64
-// runs the first version, score_topk_fused_v1_kernel.
+// TD_SLA_SELECT=fused_v3_16 / 32 / 48 / 64 fixes the rows per CTA of the
+// default (score_topk_fused_kernel<.., true>; fused_v3: rows by the wave count
+// below), for measuring; fused_v2 or fused (rows by the same rule) and
+// fused_v2_16 .. or fused16 / fused32 / fused48 / fused64 run
+// score_topk_fused_kernel<.., false> (a CTA barrier per slice);
+// TD_SLA_SELECT=fused_v1 or fused_v1_16 / 32 / 48 / 64 runs the first version,
+// score_topk_fused_v1_kernel.
 Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_sub_stride, const float* k_sum64,
                            int64_t k_sub_stride, uint8_t* block_map, int32_t* lut, cudaStream_t st, bool* launched) {
   *launched = false;
@@ -1484,10 +1542,14 @@ Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_
     cudaGetLastError();
     return Status::Ok;
   }
+  // fused_v1[_N]: v1; fused_v2[_N] or fusedN / fused: score_topk_fused_kernel<.., false> (CTA-wide
+  // barrier a slice); else (unset, fused_v3[_N]) <.., true> (warp-pair barriers).
   const bool v1 = env && std::strncmp(env, "fused_v1", 8) == 0;
+  const bool v3 = env && std::strncmp(env, "fused_v3", 8) == 0;
+  const bool v2 = !v1 && !v3 && env && std::strncmp(env, "fused", 5) == 0;
   int forced = 0;
-  if (v1) forced = std::atoi(env + 8 + (env[8] == '_' ? 1 : 0));
-  else if (env && std::strncmp(env, "fused", 5) == 0) forced = std::atoi(env + 5);
+  if (v1 || v3 || (v2 && std::strncmp(env, "fused_v2", 8) == 0)) forced = std::atoi(env + 8 + (env[8] == '_' ? 1 : 0));
+  else if (v2) forced = std::atoi(env + 5);
   auto smem_for = [&](int r) {
     return v1 ? fused_v1_smem_bytes(r, KB, p.head_dim, n_sel) : fused_smem_bytes(r, KB, p.head_dim, n_sel);
   };
@@ -1557,7 +1619,8 @@ Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_
   auto by_rows = [&](auto rpt) -> Status {
     constexpr int kRPT = decltype(rpt)::value;
     return by_kpl([&](auto kpl) {
-      return launch(score_topk_fused_kernel<kRPT, decltype(kpl)::value>, unsigned(kSelThreads));
+      if (v2) return launch(score_topk_fused_kernel<kRPT, decltype(kpl)::value, false>, unsigned(kSelThreads));
+      return launch(score_topk_fused_kernel<kRPT, decltype(kpl)::value, true>, unsigned(kSelThreads));
     });
   };
   switch (rows) {

@@ -646,9 +646,12 @@ __device__ __forceinline__ void feature_map8(float (&x)[kPer]) {
 // mma takes e = exp(q - max q) unnormalised (rounded to bf16, the row's
 // largest 1.0) and s = Σ e (the same rounded values, a ones column of the den
 // mma): φ(Q)·M / (φ(Q)·Σφ(K) + 1e-5) = e·M / (e·Σφ(K) + 1e-5·s).
-template <int D, int FM>
-__device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const uint32_t* den_cols, int warp, int lane,
-                                              float (&acc)[D / 8][4], float& d0, float& d1) {
+// The shared body: den_b(ks, b0, b1) gives the den mma's B words of k-step ks
+// for this lane (column lane / 4 of [hi lo ones 0 ...]); the callers differ
+// only in where those words come from.
+template <int D, int FM, typename DenB>
+__device__ __forceinline__ void phi_q_times_m_with(uint32_t sq, uint32_t sm, int warp, int lane, float (&acc)[D / 8][4],
+                                                   float& d0, float& d1, const DenB& den_b) {
   constexpr int kChunks = D / 8, kSteps = D / 16;
   constexpr float kLog2e = 1.4426950408889634f;
   uint32_t qa[kSteps][4];
@@ -686,24 +689,21 @@ __device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const ui
   float den[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-  // The den mma's B fragment: column lane / 4 of [hi lo ones 0 ...] (ones for the softmax only).
-  const int n = lane >> 2;
-  const uint32_t* den_src = n == 0 ? den_cols : den_cols + D / 2;
-  constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 1.0 pair
 #pragma unroll
   for (int ks = 0; ks < kSteps; ++ks) {
     uint32_t a[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qa[ks][r]));
+      // bf16 -> f32 is exact (the top half of the float): the shift / mask
+      // __bfloat1622float2 compiles to.
       const float ml = (r & 1) ? ml1 : ml0;
-      const __nv_bfloat162 e = __floats2bfloat162_rn(phi(v.x, ml), phi(v.y, ml));
+      const __nv_bfloat162 e = __floats2bfloat162_rn(phi(__uint_as_float(qa[ks][r] << 16), ml),
+                                                     phi(__uint_as_float(qa[ks][r] & 0xffff0000u), ml));
       a[r] = *reinterpret_cast<const uint32_t*>(&e);
     }
     mma_rows_times_m<D>(acc, a, sm, ks, lane);
-    const int k2 = ks * 8 + (lane & 3);  // pair index of features 16·ks + 2·(lane & 3)
-    const uint32_t b0 = n < 2 ? den_src[k2] : (FM == 0 && n == 2) ? kOnes : 0u;
-    const uint32_t b1 = n < 2 ? den_src[k2 + 4] : (FM == 0 && n == 2) ? kOnes : 0u;
+    uint32_t b0, b1;
+    den_b(ks, b0, b1);
     mma_bf16(den, a, b0, b1);
   }
   // Rows lane / 4 (c0, c1) and lane / 4 + 8 (c2, c3): hi + lo in the quad's lane 0, s in lane 1 (column 2).
@@ -717,6 +717,20 @@ __device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const ui
     d0 += 1e-5f;
     d1 += 1e-5f;
   }
+}
+
+template <int D, int FM>
+__device__ __forceinline__ void phi_q_times_m(uint32_t sq, uint32_t sm, const uint32_t* den_cols, int warp, int lane,
+                                              float (&acc)[D / 8][4], float& d0, float& d1) {
+  // The den mma's B fragment: column lane / 4 of [hi lo ones 0 ...] (ones for the softmax only).
+  const int n = lane >> 2;
+  const uint32_t* den_src = n == 0 ? den_cols : den_cols + D / 2;
+  constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 1.0 pair
+  phi_q_times_m_with<D, FM>(sq, sm, warp, lane, acc, d0, d1, [&](int ks, uint32_t& b0, uint32_t& b1) {
+    const int k2 = ks * 8 + (lane & 3);  // pair index of features 16·ks + 2·(lane & 3)
+    b0 = n < 2 ? den_src[k2] : (FM == 0 && n == 2) ? kOnes : 0u;
+    b1 = n < 2 ? den_src[k2 + 4] : (FM == 0 && n == 2) ? kOnes : 0u;
+  });
 }
 
 template <int D, int FM>
@@ -975,73 +989,14 @@ __device__ __forceinline__ void load_m_tile(uint32_t dst, const __nv_bfloat16* m
 // shared address of this lane's row, min(lane / 4, 3), at its column
 // lane % 4): b0 / b1 are the words phi_q_times_m selects (hi, lo, ones or 0),
 // loaded without a branch, in their k-step (volatile: not hoisted into
-// registers the accumulators need); bf16 -> f32 by bf16_lo / bf16_hi. The
-// same mma operands, the same order.
+// registers the accumulators need). The same mma operands, the same order.
 template <int D, int FM>
 __device__ __forceinline__ void phi_q_times_m_tab(uint32_t sq, uint32_t sm, uint32_t den_row, int warp, int lane,
                                                   float (&acc)[D / 8][4], float& d0, float& d1) {
-  constexpr int kChunks = D / 8, kSteps = D / 16;
-  constexpr float kLog2e = 1.4426950408889634f;
-  uint32_t qa[kSteps][4];
-  {
-    const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) ldmatrix_x4(qa[ks], sq + swizzle<kChunks>(row, ks * 2 + (lane >> 4)));
-  }
-  float ml0 = 0.f, ml1 = 0.f;  // softmax: max · log2 e of rows lane / 4 (a0, a2) and lane / 4 + 8 (a1, a3)
-  if constexpr (FM == 0) {
-    __nv_bfloat162 h0 = *reinterpret_cast<const __nv_bfloat162*>(&qa[0][0]);
-    __nv_bfloat162 h1 = *reinterpret_cast<const __nv_bfloat162*>(&qa[0][1]);
-#pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) {
-      if (ks > 0) {
-        h0 = __hmax2(h0, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][0]));
-        h1 = __hmax2(h1, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][1]));
-      }
-      h0 = __hmax2(h0, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][2]));
-      h1 = __hmax2(h1, *reinterpret_cast<const __nv_bfloat162*>(&qa[ks][3]));
-    }
-    float m0 = fmaxf(__low2float(h0), __high2float(h0)), m1 = fmaxf(__low2float(h1), __high2float(h1));
-    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-    ml0 = m0 * kLog2e;
-    ml1 = m1 * kLog2e;
-  }
-  auto phi = [&](float x, float ml) {
-    if constexpr (FM == 0) return ex2_approx(fmaf(x, kLog2e, -ml));
-    else if constexpr (FM == 1) return x > 0.f ? x + 1.f : __expf(x);
-    else return fmaxf(x, 0.f);
-  };
-  float den[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < kSteps; ++ks) {
-    uint32_t a[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float ml = (r & 1) ? ml1 : ml0;
-      a[r] = pack_bf16(phi(bf16_lo(qa[ks][r]), ml), phi(bf16_hi(qa[ks][r]), ml));
-    }
-    mma_rows_times_m<D>(acc, a, sm, ks, lane);
-    uint32_t b0, b1;
+  phi_q_times_m_with<D, FM>(sq, sm, warp, lane, acc, d0, d1, [&](int ks, uint32_t& b0, uint32_t& b1) {
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(b0) : "r"(den_row + ks * 32));
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(b1) : "r"(den_row + ks * 32 + 16));
-    mma_bf16(den, a, b0, b1);
-  }
-  // Rows lane / 4 (c0, c1) and lane / 4 + 8 (c2, c3): hi + lo in the quad's lane 0, s in lane 1 (column 2).
-  const int q0 = lane & ~3;
-  d0 = __shfl_sync(0xffffffffu, den[0] + den[1], q0);
-  d1 = __shfl_sync(0xffffffffu, den[2] + den[3], q0);
-  if constexpr (FM == 0) {
-    d0 = fmaf(1e-5f, __shfl_sync(0xffffffffu, den[0], q0 | 1), d0);
-    d1 = fmaf(1e-5f, __shfl_sync(0xffffffffu, den[2], q0 | 1), d1);
-  } else {
-    d0 += 1e-5f;
-    d1 += 1e-5f;
-  }
+  });
 }
 
 // The CTA whose tiles a CTA prefetches, pf CTAs later in launch order, as
