@@ -1424,7 +1424,7 @@ TEST(SlaGpu, FusedScoreTopkEqualsTwoKernelPathExactly) {
     EXPECT_TRUE(bit_lut == ref_lut) << "the bitonic LUT differs from the radix LUT";
     EXPECT_TRUE(bit_map == ref_map) << "the bitonic map differs from the radix map";
     for (const char* select :
-         {static_cast<const char*>(nullptr), "fused", "fused16", "fused32", "fused48", "fused64", "fused_v1", "fused_v1_48",
+         {static_cast<const char*>(nullptr), "fused", "fused16", "fused32", "fused48", "fused64",
           "fused_v3_16", "fused_v3_32", "fused_v3_48", "fused_v3_64"}) {
       SCOPED_TRACE(select ? select : "TD_SLA_SELECT unset");
       run(select, nullptr, true, true, 0x7F, lut, map);

@@ -27,8 +27,8 @@
 //      pass wrote, then the same top-k. By default one kernel does both
 //      (score_topk_fused_kernel: a CTA per group of query blocks, scores kept
 //      in shared memory, a warp radix select on them; the same LUT and map);
-//      TD_SLA_SELECT=two_kernel runs the two, fused_v1 / fused_v2 the earlier
-//      fused kernels (launch_fused_select lists the names).
+//      TD_SLA_SELECT=two_kernel runs the two, fused_v2 the CTA-barrier
+//      variant of the fused kernel (launch_fused_select lists the names).
 // The work is tiny next to the attention itself (QB·KB·D MACs per head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -682,81 +682,16 @@ __global__ void __launch_bounds__(kTopkWarpRows * 32, KPL == 16 ? 3 : 2) topk_ra
                              p.map ? p.map + row * p.kblocks : nullptr, lane);
 }
 
-// Score and top-k in one kernel, first version (TD_SLA_SELECT=fused_v1 or
-// fused_v1_16 / 32 / 48 / 64, kept for A/B; the default is
-// score_topk_fused_kernel below, which explains why it replaced this one:
-// measured 45 us at 1x12x32760, not the ~14 us predicted below).
-// A CTA of 1024 threads takes `rows` (16, 32, 48 or 64) query blocks
-// of one (b, h) against all key blocks:
-//   1. pooled Q of its rows from the 64-token sums, all channels, transposed
-//      into shared memory ([channel][row], rows padded to 68 floats);
-//   2. the scores in chunks of 256 key blocks: smoothed pooled K staged in
-//      16-channel slices ([channel][key block], 260 floats a row), the next
-//      slice's sums loaded into registers while this one is multiplied, a 4 x 4
-//      register block per thread (warp w: rows 16(w/8).., key blocks 32(w%8)..
-//      of the chunk; lanes 4 x 8, so a channel is two 16-byte shared loads per
-//      warp of 64 and 128 contiguous bytes for 16 FMAs); each finished chunk
-//      leaves ~ordered_bits(score), the top half of the top-k key, in shared
-//      memory (rows x key blocks, 4 B each);
-//   3. a warp per row (rows warp, warp + 32) runs warp_radix_select_row on those
-//      keys: the LUT and map of topk_radix_warp_kernel.
-// The scores never reach global memory: no reader of the workspace's score
-// slot exists after this call (ops::sla's fused path reads only the LUT).
-// The same bits as the two kernels: pooled Q and K are the values
-// score_tiled_kernel<true> stages (the same float4 sums over the 64-token
-// blocks in the same order, then / tokens; div_tokens multiplies by 1/n where
-// n is a power of two, which rounds the same exact quotient), every score is
-// fmaf(q_c, k_c, acc) from 0.f for c = 0, 1, ... in order (the channels padded
-// with zeros to a multiple of 16 here and of 32 there: fmaf(0, 0, acc) is acc,
-// or +0 for -0, the same key), and the key is (~ordered_bits(score) << 32) | j
-// as in the top-k kernels.
-// Why one CTA per row group: the two kernels cost ~45 us at 1x12x32760 for
-// 201 M FMA (6 us of the H200's FP32 issue); a launch, a 6 MB score round trip
-// through L2 and two latency-bound tails go. Rows per CTA: each CTA pools all
-// of K (KB x block_k/64 x D x 4 B from L2: 256 KB at 1x12x32760), so few big
-// row groups keep that traffic near the FMA rate (FMA per byte = rows / 8 at
-// 128-key blocks); 32 warps keep the top-k's latency-bound rows two per warp.
-// One CTA per SM (1024 threads x 64 registers, no spills in ptxas -v);
-// launch_fused_select picks the row count whose ceil(CTAs / SMs) x (rows + 16)
-// is least among those whose shared memory fits the device: keys rows x KB x
-// 4 B + max(staging: Q 34 KB + K 16 KB at D = 128, top-k scratch: 32 x (1 KB
-// of histogram + 8 n_sel B of selected keys)).
-// Predicted (H200, 132 SMs, ~1.9 GHz, 4 x 32 FP32 lanes per SM):
-//   1x12x32760 (QB 512, KB 256, n_sel 25): 48 rows -> 11 x 12 = 132 CTAs, one
-//   wave, 98 KB of shared memory. Per CTA 48·256·128 = 1.57 M FMA = 49 K warp
-//   FFMA + 6 K shared loads over 24 warps: ~14 K cycles (~7 us) at ~85% issue;
-//   its 256 KB of K sums (34 MB in all) come at ~25 B/clk/SM under the FMAs
-//   (prefetched a slice ahead); top-k 48 rows x ~0.85 K warp instructions
-//   (4 histogram passes of ~136, the index walk, gather, 25-key rank count)
-//   = 41 K over 4 schedulers: ~10 K cycles (~5 us); PDL wait, Q sums and the
-//   first slice ~1-2 us. ~14 us instead of ~45 us.
-//   1x40x75600 (QB 1182, KB 591, n_sel 59): 64 rows -> 19 x 40 = 760 CTAs,
-//   5.8 waves of 132, 198 KB. Per CTA 64·591·128 = 4.84 M FMA: ~44 K cycles
-//   (22 us; 605 KB of K sums per CTA, 0.46 GB in all, under it); top-k 64 rows
-//   x ~1.5 K = 97 K warp instructions: ~24 K cycles (12 us). ~36 us a wave,
-//   ~0.21 ms; the FMA floor alone is 3.58 G FMA / (132·128·1.9 GHz) = 0.11 ms.
-constexpr int kFusedThreads = 1024;
-constexpr int kFusedMaxRows = 64;
-constexpr int kFusedKC = 256;                   // key blocks per chunk
-constexpr int kFusedCS = 16;                    // channels per staged K slice
-constexpr int kFusedQStride = kFusedMaxRows + 4;
-constexpr int kFusedKStride = kFusedKC + 4;
-constexpr int kFusedStageLanes = kFusedCS / 4;                        // threads per key block's slice row
-constexpr int kFusedStageKeys = kFusedThreads / kFusedStageLanes;       // key blocks per staging float4
-constexpr int kFusedStage = kFusedKC / kFusedStageKeys;                 // float4 of K per thread per slice
-constexpr int kFusedWarps = kFusedThreads / 32;
-constexpr int kFusedSelectUnroll = 4;  // the keys are re-read from shared memory: no registers to keep them in
-static_assert(kFusedThreads == (kFusedMaxRows / 4) * (kFusedKC / 4), "one 4 x 4 register block per thread");
-static_assert(kFusedStage * kFusedStageKeys == kFusedKC && kFusedStage * kFusedThreads * 4 == kFusedKC * kFusedCS,
-              "the staging covers a slice");
-
+// Parameters of score_topk_fused_kernel (below; the first fused kernel, a
+// CTA of 1024 threads with the scores in shared memory, was measured slower
+// than it and the two-kernel path at 1x12x32760 and removed in session 14).
 struct FusedSelectParams {
   const float* q_sum;  // 64-token Q sums [BH, q_sub_stride, D]
   const float* k_sum;  // smoothed 64-key K sums [BH, k_sub_stride, D]
   int32_t* lut;        // [B, H, QB, n_sel] or null
   uint8_t* map;        // [B, H, QB, KB] or null
   int heads, dim, qblocks, kblocks, len, block_q, block_k, q_sub, k_sub, n_sel;
-  int rows;            // query blocks per CTA: a multiple of 16, <= kFusedMaxRows
+  int rows;            // query blocks per CTA: 16, 32, 48 or 64
   int key_stride;      // keys per row of the shared key array (kblocks rounded up to 4)
   int scratch;         // byte offset of the staging / top-k scratch in shared memory
   int sel_stride;      // selected keys per warp in the top-k scratch: (n_sel + 2) & ~1 (score_topk_fused_kernel)
@@ -775,158 +710,6 @@ __device__ __forceinline__ float4 div_tokens(float4 v, int n) {
   return make_float4(v.x / f, v.y / f, v.z / f, v.w / f);
 }
 
-template <int KPL>
-__global__ void __launch_bounds__(kFusedThreads, 1) score_topk_fused_v1_kernel(const FusedSelectParams p) {
-  pdl_wait();  // pdl.cuh: launched as a programmatic dependent
-  pdl_launch_dependents();
-  extern __shared__ __align__(16) unsigned char fused_smem[];
-  uint32_t* const skey = reinterpret_cast<uint32_t*>(fused_smem);  // [rows][key_stride]
-  const int dpad = (p.dim + kFusedCS - 1) / kFusedCS * kFusedCS;
-  float* const qs = reinterpret_cast<float*>(fused_smem + p.scratch);  // [dpad][kFusedQStride]
-  float* const ks = qs + dpad * kFusedQStride;                          // [kFusedCS][kFusedKStride]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int i0 = blockIdx.x * p.rows;
-  const int64_t bh = int64_t(blockIdx.z) * p.heads + blockIdx.y;
-  const int rows_here = min(p.rows, p.qblocks - i0);
-
-  // 1. Pooled Q (lanes along rows: conflict-free transposed stores).
-  for (int e = tid; e < p.rows * (dpad / 4); e += kFusedThreads) {
-    const int r = e % p.rows, c = e / p.rows * 4;
-    float4 qv = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows_here && c < p.dim) {  // dim % 4 == 0: a float4 is all in or all out
-      const int i = i0 + r;
-      const float* src = p.q_sum + (bh * p.q_sub_stride + int64_t(i) * p.q_sub) * p.dim + c;
-      qv = *reinterpret_cast<const float4*>(src);
-      for (int s = 1; s < p.q_sub; ++s) {
-        const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
-        qv.x += a.x, qv.y += a.y, qv.z += a.z, qv.w += a.w;
-      }
-      qv = div_tokens(qv, min(p.len, (i + 1) * p.block_q) - i * p.block_q);
-    }
-    qs[(c + 0) * kFusedQStride + r] = qv.x;
-    qs[(c + 1) * kFusedQStride + r] = qv.y;
-    qs[(c + 2) * kFusedQStride + r] = qv.z;
-    qs[(c + 3) * kFusedQStride + r] = qv.w;
-  }
-
-  // 2. Scores. Step = (chunk, slice), slices innermost. Staging: 4 threads per
-  // key block (the slice's 64 contiguous bytes of each sum), float4 h at key
-  // block sk + kFusedStageKeys·h of the chunk.
-  const int slices = dpad / kFusedCS;
-  const int steps = (p.kblocks + kFusedKC - 1) / kFusedKC * slices;
-  const int sk = tid / kFusedStageLanes, sc = tid % kFusedStageLanes * 4;
-  float4 s0[kFusedStage], s1[kFusedStage];  // sub-block sums 0 and 1 (k_sub == 2: added at staging)
-  auto fetch = [&](int chunk, int slice) {
-    const int c = slice * kFusedCS + sc;
-#pragma unroll
-    for (int h = 0; h < kFusedStage; ++h) {
-      const int j = chunk * kFusedKC + sk + h * kFusedStageKeys;
-      s0[h] = s1[h] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (j < p.kblocks && c < p.dim) {
-        const float* src = p.k_sum + (bh * p.k_sub_stride + int64_t(j) * p.k_sub) * p.dim + c;
-        s0[h] = *reinterpret_cast<const float4*>(src);
-        if (p.k_sub == 2) {
-          s1[h] = *reinterpret_cast<const float4*>(src + p.dim);
-        } else {
-          for (int s = 1; s < p.k_sub; ++s) {  // the same order as score_tiled_kernel's sum
-            const float4 a = *reinterpret_cast<const float4*>(src + int64_t(s) * p.dim);
-            s0[h].x += a.x, s0[h].y += a.y, s0[h].z += a.z, s0[h].w += a.w;
-          }
-        }
-      }
-    }
-  };
-  auto stage = [&](int chunk) {
-#pragma unroll
-    for (int h = 0; h < kFusedStage; ++h) {
-      const int kk = sk + h * kFusedStageKeys, j = chunk * kFusedKC + kk;
-      float4 kv = s0[h];
-      if (p.k_sub == 2) kv.x += s1[h].x, kv.y += s1[h].y, kv.z += s1[h].z, kv.w += s1[h].w;
-      if (j < p.kblocks) kv = div_tokens(kv, min(p.len, (j + 1) * p.block_k) - j * p.block_k);
-      ks[(sc + 0) * kFusedKStride + kk] = kv.x;
-      ks[(sc + 1) * kFusedKStride + kk] = kv.y;
-      ks[(sc + 2) * kFusedKStride + kk] = kv.z;
-      ks[(sc + 3) * kFusedKStride + kk] = kv.w;
-    }
-  };
-  const int wr = warp / 8, wc = warp % 8;
-  const int r0 = 16 * wr + 4 * (lane / 8);  // this thread's rows r0 .. r0 + 3
-  const int kq = 32 * wc + 4 * (lane % 8);  // and key blocks kq .. kq + 3 of the chunk
-  const bool warp_rows = 16 * wr < rows_here;
-  float acc[4][4];
-#pragma unroll
-  for (int x = 0; x < 4; ++x)
-#pragma unroll
-    for (int y = 0; y < 4; ++y) acc[x][y] = 0.f;
-  int chunk = 0, slice = 0;
-  fetch(0, 0);
-#pragma unroll 1
-  for (int step = 0; step < steps; ++step) {
-    stage(chunk);
-    __syncthreads();  // (the first one also covers pooled Q)
-    const int next_slice = slice + 1 == slices ? 0 : slice + 1, next_chunk = next_slice == 0 ? chunk + 1 : chunk;
-    if (step + 1 < steps) fetch(next_chunk, next_slice);  // in flight during the FMAs below
-    const bool active = warp_rows && chunk * kFusedKC + 32 * wc < p.kblocks;  // warp-uniform
-    if (active) {
-      const float* qc = qs + slice * kFusedCS * kFusedQStride + r0;
-      const float* kc = ks + kq;
-#pragma unroll
-      for (int c = 0; c < kFusedCS; ++c) {
-        const float4 a = *reinterpret_cast<const float4*>(qc + c * kFusedQStride);
-        const float4 b = *reinterpret_cast<const float4*>(kc + c * kFusedKStride);
-        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int x = 0; x < 4; ++x)
-#pragma unroll
-          for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
-      }
-    }
-    if (slice == slices - 1) {  // the chunk's scores are complete
-      if (active)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          if (r0 + x >= rows_here) continue;
-          uint32_t* row = skey + (r0 + x) * p.key_stride;
-#pragma unroll
-          for (int y = 0; y < 4; ++y) {
-            const int j = chunk * kFusedKC + kq + y;
-            if (j < p.kblocks) row[j] = ~ordered_bits(acc[x][y]);
-          }
-        }
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-#pragma unroll
-        for (int y = 0; y < 4; ++y) acc[x][y] = 0.f;
-    }
-    __syncthreads();  // the slice is consumed before the next is staged (and, last, before the top-k's scratch)
-    chunk = next_chunk, slice = next_slice;
-  }
-
-  // 3. Top-k: a warp per row; hist and sel reuse the staging memory.
-  unsigned* const hist = reinterpret_cast<unsigned*>(fused_smem + p.scratch) + warp * 256;
-  unsigned long long* const sel =
-      reinterpret_cast<unsigned long long*>(fused_smem + p.scratch + kFusedWarps * 256 * 4) + size_t(warp) * p.n_sel;
-  for (int r = warp; r < rows_here; r += kFusedWarps) {  // warp-uniform
-    const uint32_t* keys = skey + r * p.key_stride;
-    const int64_t row = bh * p.qblocks + i0 + r;
-    warp_radix_select_row<KPL, kFusedSelectUnroll>(
-        [&](int k) {
-          const int j = lane + 32 * k;
-          return (uint64_t(keys[j]) << 32) | uint32_t(j);
-        },
-        p.kblocks, p.n_sel, hist, sel, p.lut ? p.lut + row * p.n_sel : nullptr,
-        p.map ? p.map + row * p.kblocks : nullptr, lane);
-  }
-}
-
-// Shared memory of score_topk_fused_v1_kernel for `rows` query blocks per CTA.
-size_t fused_v1_smem_bytes(int rows, int64_t KB, int64_t D, int64_t n_sel) {
-  const size_t keys = size_t(rows) * size_t((KB + 3) / 4 * 4) * 4;
-  const size_t dpad = size_t((D + kFusedCS - 1) / kFusedCS * kFusedCS);
-  const size_t staging = (dpad * kFusedQStride + size_t(kFusedCS) * kFusedKStride) * 4;
-  const size_t topk = size_t(kFusedWarps) * (256 * 4 + size_t(n_sel) * 8);
-  return keys + (staging > topk ? staging : topk);
-}
 
 // score_topk_fused_kernel (the comment above it): its constants and helpers.
 constexpr int kSelThreads = 512;
@@ -1152,8 +935,8 @@ __device__ __forceinline__ void fused_select_row(const uint32_t* keys, int kbloc
 }
 
 // Score and top-k in one kernel (sla_block_select_from_sums_cuda's default;
-// TD_SLA_SELECT=two_kernel runs score_tiled_kernel<true> then the top-k, and
-// fused_v1.. the first version above). A CTA of 512 threads takes 8·RPT query
+// TD_SLA_SELECT=two_kernel runs score_tiled_kernel<true> then the top-k). A
+// CTA of 512 threads takes 8·RPT query
 // blocks (16, 32, 48 or 64) of one (b, h) against all key blocks:
 //   1. pooled Q of its rows from the 64-token sums, all channels, [channel][row];
 //   2. the scores in chunks of 256 key blocks: smoothed pooled K staged in
@@ -1175,8 +958,8 @@ __device__ __forceinline__ void fused_select_row(const uint32_t* keys, int kbloc
 // (~ordered_bits(score) << 32) | j; fused_select_row selects the same set and
 // ranks it the same (ties by index). The scores never reach global memory (no
 // reader of the workspace's score slot exists after this call).
-// Why it replaced score_topk_fused_v1_kernel (1024 threads x 64 registers, 4 x
-// 4 blocks): that one measured 45 us at 1x12x32760 (ncu 38.4 us, 60% issue,
+// Why it replaced the first fused kernel (1024 threads x 64 registers, 4 x
+// 4 blocks; removed in session 14): that one measured 45 us at 1x12x32760 (ncu 38.4 us, 60% issue,
 // like the two kernels), not the ~14 us it predicted. Its SASS profile: the
 // top-k was 40% of the stall samples and 43% of the instructions, 1545 warp
 // instructions a row (4 histogram passes of ~232: shared load, bounds check
@@ -1519,14 +1302,12 @@ Status launch_topk(const SlaProblem& p, const float* scores, uint8_t* block_map,
 //   - rows of more than 32·32 key blocks or n_sel > kTopkWarpMaxSel (the warp
 //     select's limits: a lane holds 32 keys at most, and the rank count is
 //     quadratic in n_sel), or no row count whose shared memory fits the device
-//     (n_sel = 640: 96.5 KB of top-k scratch here, 192 KB in fused_v1).
+//     (n_sel = 640: 96.5 KB of top-k scratch).
 // TD_SLA_SELECT=fused_v3_16 / 32 / 48 / 64 fixes the rows per CTA of the
 // default (score_topk_fused_kernel<.., true>; fused_v3: rows by the wave count
 // below), for measuring; fused_v2 or fused (rows by the same rule) and
 // fused_v2_16 .. or fused16 / fused32 / fused48 / fused64 run
 // score_topk_fused_kernel<.., false> (a CTA barrier per slice);
-// TD_SLA_SELECT=fused_v1 or fused_v1_16 / 32 / 48 / 64 runs the first version,
-// score_topk_fused_v1_kernel.
 Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_sub_stride, const float* k_sum64,
                            int64_t k_sub_stride, uint8_t* block_map, int32_t* lut, cudaStream_t st, bool* launched) {
   *launched = false;
@@ -1542,16 +1323,15 @@ Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_
     cudaGetLastError();
     return Status::Ok;
   }
-  // fused_v1[_N]: v1; fused_v2[_N] or fusedN / fused: score_topk_fused_kernel<.., false> (CTA-wide
+  // fused_v2[_N] or fusedN / fused: score_topk_fused_kernel<.., false> (CTA-wide
   // barrier a slice); else (unset, fused_v3[_N]) <.., true> (warp-pair barriers).
-  const bool v1 = env && std::strncmp(env, "fused_v1", 8) == 0;
   const bool v3 = env && std::strncmp(env, "fused_v3", 8) == 0;
-  const bool v2 = !v1 && !v3 && env && std::strncmp(env, "fused", 5) == 0;
+  const bool v2 = !v3 && env && std::strncmp(env, "fused", 5) == 0;
   int forced = 0;
-  if (v1 || v3 || (v2 && std::strncmp(env, "fused_v2", 8) == 0)) forced = std::atoi(env + 8 + (env[8] == '_' ? 1 : 0));
+  if (v3 || (v2 && std::strncmp(env, "fused_v2", 8) == 0)) forced = std::atoi(env + 8 + (env[8] == '_' ? 1 : 0));
   else if (v2) forced = std::atoi(env + 5);
   auto smem_for = [&](int r) {
-    return v1 ? fused_v1_smem_bytes(r, KB, p.head_dim, n_sel) : fused_smem_bytes(r, KB, p.head_dim, n_sel);
+    return fused_smem_bytes(r, KB, p.head_dim, n_sel);
   };
   int rows = 0;
   int64_t best = 0;
@@ -1611,11 +1391,6 @@ Status launch_fused_select(const SlaProblem& p, const float* q_sum64, int64_t q_
     if (KB <= 768) return go(std::integral_constant<int, 24>{});
     return go(std::integral_constant<int, 32>{});
   };
-  if (v1)
-    return by_kpl([&](auto kpl) {
-      constexpr int kKPL = decltype(kpl)::value == 20 ? 24 : decltype(kpl)::value;
-      return launch(score_topk_fused_v1_kernel<kKPL>, unsigned(kFusedThreads));
-    });
   auto by_rows = [&](auto rpt) -> Status {
     constexpr int kRPT = decltype(rpt)::value;
     return by_kpl([&](auto kpl) {
