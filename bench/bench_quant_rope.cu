@@ -155,13 +155,21 @@ nlohmann::json bench_shape(const Shape& s, cudaStream_t stream) {
         quant_bytes + 4.0 * double(groups * M), copy_gbps, stream);
   }
   // block128: Auto with a workspace (RowStats: a row-statistics kernel,
-  // then the block quantizer applying them) and the portable kernel (one
-  // CTA per stripe), both against the ideal bytes (one read of x).
+  // then the block quantizer applying them), the portable kernel (one CTA
+  // per stripe) and the cluster kernel, all against the ideal bytes (one
+  // read of x).
   const size_t stats_bytes = layernorm_modulate_quant_block128_workspace_bytes(M);
   void* stats_work = nullptr;
   TD_BENCH_CUDA(cudaMalloc(&stats_work, stats_bytes));
-  for (LnQuantBlockPath path : {LnQuantBlockPath::Auto, LnQuantBlockPath::Portable}) {
-    ops[path == LnQuantBlockPath::Auto ? "ln_mod_quant_block128" : "ln_mod_quant_block128_portable"] = result(
+  // _cluster: LnQuantBlockPath::Cluster (sm_90+ only: persistent clusters, x read once).
+  int cc_major = 0, dev = 0;
+  TD_BENCH_CUDA(cudaGetDevice(&dev));
+  TD_BENCH_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  for (LnQuantBlockPath path : {LnQuantBlockPath::Auto, LnQuantBlockPath::Portable, LnQuantBlockPath::Cluster}) {
+    if (path == LnQuantBlockPath::Cluster && cc_major < 9) continue;
+    ops[path == LnQuantBlockPath::Auto       ? "ln_mod_quant_block128"
+        : path == LnQuantBlockPath::Portable ? "ln_mod_quant_block128_portable"
+                                             : "ln_mod_quant_block128_cluster"] = result(
         td::bench::time_cuda([&](int i) {
           check(layernorm_modulate_quant_block128_cuda(ElemType::BF16, xi(i), M, K, K, e0, e0 + K, 6 * K, M, 1e-6f,
                                                        q8, K, scales, path, stream, stats_work, stats_bytes),

@@ -444,8 +444,9 @@ void check_ln_fmt(Fmt f, LnQuantBlockPath path = LnQuantBlockPath::Auto,
                             : path == LnQuantBlockPath::Portable      ? " portable"
                             : path == LnQuantBlockPath::RowStats      ? " row stats"
                                                                       : " auto");
-  // The cluster path needs sm_90 and 16 rows x dim of x (or 8 rows in a
-  // 16-CTA cluster) in shared memory: dim <= 6400 for 16-bit inputs, 3200 for fp32.
+  // The cluster path needs sm_90 and two buffers of 8 rows x dim of x (16
+  // CTAs of 8 rows, or 8 of 16 rows) in shared memory: it must run up to
+  // dim 6400 for 16-bit inputs, 3200 for fp32.
   const auto info = cuda::device_info(0);
   auto cluster_fits = [&](ElemType t, int64_t dim) {
     return info.cc_major >= 9 && 16 * dim * int64_t(elem_bytes(t)) <= 200 * 1024;
@@ -686,6 +687,39 @@ TEST(LnModulateQuantGpu, Block128RowStatsWorkspace) {
 TEST(LnModulateQuantGpu, Block128ClusterAgainstReference) {
   // sm_90+ only; elsewhere the path must say Unsupported, which check_ln accepts.
   check_ln_fmt(Fmt::Block128, LnQuantBlockPath::Cluster);
+}
+
+// Both cluster configurations (TD_LNQ_CLUSTER_ROWS=16: 8 CTAs of 16 rows, 8:
+// 16 CTAs of 8 rows; read per call) at every packs-per-thread width (1, 2, 4
+// packs of 8 columns), ragged stripes (rows not a multiple of 8, 16 or 128,
+// CTAs with no rows), dims not a multiple of 128, samples changing inside a
+// CTA's rows (rows_per_batch 3, 7, 13), each dtype; must run wherever
+// 16 x dim x bytes <= 200 KB on sm_90.
+TEST(LnModulateQuantGpu, Block128ClusterConfigurations) {
+  TD_REQUIRE_GPU();
+  const auto info = cuda::device_info(0);
+  for (const char* rows_cfg : {"16", "8"}) {
+    setenv("TD_LNQ_CLUSTER_ROWS", rows_cfg, 1);
+    for (ElemType t : kActTypes)
+      for (const LnCase& lc : {LnCase{300, 256, 3}, LnCase{129, 768, 64}, LnCase{257, 2048, 100},
+                               LnCase{200, 2560, 200}, LnCase{131, 3072, 13}, LnCase{9, 3200, 9},
+                               LnCase{128, 3840, 128}, LnCase{255, 4608, 85}, LnCase{77, 6400, 7},
+                               LnCase{140, 136, 140}}) {
+        const bool fits = info.cc_major >= 9 && 16 * lc.dim * int64_t(elem_bytes(t)) <= 200 * 1024;
+        bool ran = false;
+        check_ln(Fmt::Block128, make_ln_problem(t, lc.rows, lc.dim, lc.rows_per_batch),
+                 std::string("cluster R=") + rows_cfg + " " + type_name(t) + " " + std::to_string(lc.rows) + "x" +
+                     std::to_string(lc.dim),
+                 LnQuantBlockPath::Cluster, !fits, &ran);
+        if (fits) {
+          EXPECT_TRUE(ran) << "cluster R=" << rows_cfg << " refused " << lc.rows << "x" << lc.dim;
+        }
+      }
+    // Wan 14B 720p rows, two samples (a stripe across the boundary).
+    check_ln(Fmt::Block128, make_ln_problem(ElemType::BF16, 2 * 1500 + 1, 5120, 1500),
+             std::string("cluster R=") + rows_cfg + " bf16 3001x5120", LnQuantBlockPath::Cluster, info.cc_major < 9);
+  }
+  unsetenv("TD_LNQ_CLUSTER_ROWS");
 }
 
 TEST(LnModulateQuantGpu, RejectsWhatItCannotVectorize) {

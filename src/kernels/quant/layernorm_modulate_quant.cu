@@ -18,18 +18,16 @@
 //
 // block128: the scale of a 128x128 block needs the amax of y over 128 rows,
 // and y needs each row's statistics, so no code can be written before the
-// whole 128-row stripe has been seen. Two kernels:
+// whole 128-row stripe has been seen. Three paths:
 //
-//  * cluster (sm_90+, the Hopper path): the stripe is split over a
-//    thread-block cluster of 8 CTAs x 16 rows (or 16 x 8 when 16 rows of x
-//    exceed 100 KB, e.g. 5120 bf16 columns, so that 2 CTAs fit per SM). Each
-//    CTA loads its rows once (16-byte loads into registers), keeps them in
-//    shared memory, computes statistics and per-group maxima of |y| (shared
-//    atomicMax on the float bits), then cluster.sync(); every CTA reads the
-//    other CTAs' per-group maxima through distributed shared memory, derives
-//    the block scales (rank 0 stores them), and writes its codes from shared
-//    memory. x is read once: 3 bytes per element, as token128:
+//  * cluster (sm_90+, LnQuantBlockPath::Cluster, explicit only): the stripe
+//    resident in a thread-block cluster's shared memory, x read once
+//    (layernorm_modulate_quant_cluster.cu). 3 bytes per element, as token128:
 //      32760 x 1536: 151.0 MB -> 37.7 us;  75600 x 5120: 1161.2 MB -> 290 us.
+//    Measured 102 / 930 us on the H200 (session 15): its per-stripe chain,
+//    not the bytes, bounds it.
+//  * row statistics (LnQuantBlockPath::RowStats, Auto's pick with a
+//    workspace): layernorm_modulate_quant_rowstats.cu.
 //  * portable (sm_80+): one CTA per 128-row stripe, split into teams (one
 //    row each at a time, named barriers per team, up to 512 threads): pass 1
 //    computes each row's statistics (kept in shared memory) and running
@@ -40,13 +38,11 @@
 //    per SM x 132 SMs = 100-200 MB does not, so at Wan's shapes expect most
 //    of the second read from HBM: 2 reads + 1 write = 5 B/element:
 //      32760 x 1536: 251.6 MB -> 62.9 us;  75600 x 5120: 1935 MB -> 484 us.
-#include <cooperative_groups.h>
-
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "kernels/quant/layernorm_modulate_quant.h"
+#include "kernels/quant/layernorm_modulate_quant_cluster.h"
 #include "kernels/quant/layernorm_modulate_quant_columns.h"
 #include "kernels/quant/layernorm_modulate_quant_rowstats.h"
 #include "kernels/quant/quant_device.cuh"
@@ -812,195 +808,6 @@ __global__ void __launch_bounds__(kBlockCtaThreads) ln_mod_quant_block128_kernel
   }
 }
 
-// The cluster variant (see the top of the file). rows_per_cta * cluster size
-// = 128; the rows of this CTA are staged in dynamic shared memory as packs.
-constexpr int kMaxClusterRows = 16;
-
-template <typename T, int V>
-__global__ void __launch_bounds__(kBlockCtaThreads)
-    ln_mod_quant_block128_cluster_kernel(LnQuantArgs a, int threads, int teams, int rows_per_cta) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  extern __shared__ uint4 staged_words[];
-  __shared__ float row_mean[kMaxClusterRows], row_rstd[kMaxClusterRows];
-  __shared__ uint32_t group_amax[kMaxGroups];  // this CTA's rows; read by the whole cluster
-  __shared__ float group_inv[kMaxGroups];
-  __shared__ float red[kMaxTeams][2][kMaxRowThreads / 32];
-  Pack8<T>* staged = reinterpret_cast<Pack8<T>*>(staged_words);
-  const int rank = int(cluster.block_rank()), csize = int(cluster.num_blocks());
-  const int team = int(threadIdx.x) / threads, t = int(threadIdx.x) % threads;
-  const int first_warp = team * threads / 32;
-  const int barrier = teams == 1 ? 0 : team + 1;
-  const int packs = a.dim / 8, groups = (a.dim + kQuantGroup - 1) / kQuantGroup;
-  const int64_t stripe = int64_t(blockIdx.x) / csize;
-  const int64_t r0 = stripe * kQuantGroup + int64_t(rank) * rows_per_cta;
-  const int64_t left = a.rows - r0;
-  const int nrows = int(left < 0 ? 0 : (left < rows_per_cta ? left : rows_per_cta));
-  const T* x = static_cast<const T*>(a.x);
-
-  for (int g = int(threadIdx.x); g < groups; g += int(blockDim.x)) group_amax[g] = 0u;
-  __syncthreads();
-
-  float slot_amax[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) slot_amax[j] = 0.f;
-  for (int i = team; i < nrows; i += teams) {
-    const int64_t r = r0 + i;
-    Pack8<T> raw[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int p = t + j * threads;
-      raw[j] = p < packs ? load_pack(x + r * a.ld_x + p * 8) : zero_pack<T>();
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int p = t + j * threads;
-      if (p < packs) staged[i * packs + p] = raw[j];
-    }
-    float mean, rstd;
-    row_stats<T, V>(raw, t, threads, packs, a.dim, a.eps, red[team][0], red[team][1], first_warp, barrier, mean,
-                    rstd);
-    if (t == 0) row_mean[i] = mean, row_rstd[i] = rstd;
-    const int64_t b = r / a.rows_per_batch;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int p = t + j * threads;
-      if (p < packs) {
-        float y[8];
-        modulate_pack(raw[j], mean, rstd, a.shift + b * a.ld_mod + p * 8, a.scale + b * a.ld_mod + p * 8, y);
-        slot_amax[j] = fmaxf(slot_amax[j], absmax8(y));
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int p = t + j * threads;
-    const float m = group_max<16>(slot_amax[j]);
-    if (p < packs && (t & 15) == 0) atomicMax(&group_amax[p >> 4], __float_as_uint(m));
-  }
-  cluster.sync();  // every CTA's group maxima are complete and visible cluster-wide
-  for (int g = int(threadIdx.x); g < groups; g += int(blockDim.x)) {
-    uint32_t m = 0;
-    for (int rk = 0; rk < csize; ++rk) m = max(m, cluster.map_shared_rank(group_amax, rk)[g]);
-    const QuantParams qp = block128_params_dev(__uint_as_float(m));
-    group_inv[g] = qp.inv;
-    if (rank == 0) a.scales[stripe * groups + g] = qp.scale;
-  }
-  cluster.sync();  // no CTA leaves (freeing its group_amax) while another may still read it
-
-  for (int i = team; i < nrows; i += teams) {
-    const int64_t r = r0 + i;
-    const float mean = row_mean[i], rstd = row_rstd[i];
-    const int64_t b = r / a.rows_per_batch;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int p = t + j * threads;
-      if (p < packs) {
-        float y[8];
-        modulate_pack(staged[i * packs + p], mean, rstd, a.shift + b * a.ld_mod + p * 8,
-                      a.scale + b * a.ld_mod + p * 8, y);
-        store_codes(a.q + r * a.ld_q + p * 8, quantize8(y, group_inv[p >> 4]), 8, true);
-      }
-    }
-  }
-#else
-  (void)a, (void)threads, (void)teams, (void)rows_per_cta;  // launched only on sm_90+
-#endif
-}
-
-constexpr size_t kClusterSmemFor2PerSm = 100 * 1024;  // two CTAs per SM (228 KB per SM on H100/H200)
-constexpr size_t kClusterSmemMax = 200 * 1024;
-
-// The cluster configurations, in order of preference: rows per CTA x CTAs
-// per cluster = 128, and the shared memory allowed for the staged rows.
-struct ClusterConfig {
-  int rows, cluster;
-  size_t smem_limit;
-};
-constexpr ClusterConfig kClusterConfigs[] = {
-    {kMaxClusterRows, kQuantGroup / kMaxClusterRows, kClusterSmemFor2PerSm},          // 16 x 8, >= 2 CTAs/SM
-    {kMaxClusterRows / 2, 2 * kQuantGroup / kMaxClusterRows, kClusterSmemFor2PerSm},  // 8 x 16 (non-portable size)
-    {kMaxClusterRows, kQuantGroup / kMaxClusterRows, kClusterSmemMax},                // 16 x 8, 1 CTA/SM
-};
-constexpr int kMaxDevices = 64;
-
-int cluster_teams(const RowPlan& plan, const ClusterConfig& c) {
-  const int teams = kBlockCtaThreads / plan.threads;
-  return teams < 1 ? 1 : (teams > c.rows ? c.rows : (teams > kMaxTeams ? kMaxTeams : teams));
-}
-
-void fill_cluster_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute& attr, const ClusterConfig& c,
-                         const RowPlan& plan, int64_t stripes, size_t smem, cudaStream_t s) {
-  cfg = cudaLaunchConfig_t{};
-  cfg.gridDim = dim3{unsigned(stripes * c.cluster), 1u, 1u};
-  cfg.blockDim = dim3{unsigned(cluster_teams(plan, c) * plan.threads), 1u, 1u};
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  attr = cudaLaunchAttribute{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(c.cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-}
-
-// Which configuration (index into kClusterConfigs) runs rows of `dim` on this
-// device, -1 for none. Asks the occupancy calculator once per (kernel,
-// device, dim) and caches the answer: a launch must not pay for the query.
-template <typename T, int V>
-int cluster_config_for(int dev, int dim, const RowPlan& plan) {
-  static std::mutex mu;
-  static int cached_dim[kMaxDevices] = {};  // 0: not asked yet
-  static int cached_config[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev >= 0 && dev < kMaxDevices && cached_dim[dev] == dim) return cached_config[dev];
-  int chosen = -1;
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9) {
-    auto kernel = ln_mod_quant_block128_cluster_kernel<T, V>;
-    const size_t row_bytes = size_t(dim) * sizeof(T);
-    for (int i = 0; i < int(sizeof(kClusterConfigs) / sizeof(kClusterConfigs[0])) && chosen < 0; ++i) {
-      const ClusterConfig& c = kClusterConfigs[i];
-      const size_t smem = size_t(c.rows) * row_bytes;
-      if (smem > c.smem_limit) continue;
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kClusterSmemMax)) !=
-          cudaSuccess)
-        break;
-      if (c.cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-        continue;
-      cudaLaunchConfig_t cfg;
-      cudaLaunchAttribute attr;
-      fill_cluster_launch(cfg, attr, c, plan, 1, smem, nullptr);
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters >= 1) chosen = i;
-    }
-  }
-  (void)cudaGetLastError();  // a refused configuration is not a launch error
-  if (dev >= 0 && dev < kMaxDevices) cached_dim[dev] = dim, cached_config[dev] = chosen;
-  return chosen;
-}
-
-// Launches the cluster kernel if this device and shape allow one of the
-// configurations; Unsupported otherwise.
-template <typename T, int V>
-Status launch_block128_cluster(const LnQuantArgs& a, const RowPlan& plan, int64_t stripes, cudaStream_t s) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return Status::LaunchFailed;
-  const int i = cluster_config_for<T, V>(dev, a.dim, plan);
-  if (i < 0) return Status::Unsupported;
-  const ClusterConfig& c = kClusterConfigs[i];
-  if (stripes * c.cluster > 0x7fffffff) return Status::InvalidArgument;
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr;
-  fill_cluster_launch(cfg, attr, c, plan, stripes, size_t(c.rows) * size_t(a.dim) * sizeof(T), s);
-  if (cudaLaunchKernelEx(&cfg, ln_mod_quant_block128_cluster_kernel<T, V>, a, plan.threads, cluster_teams(plan, c),
-                         c.rows) != cudaSuccess)
-    return Status::LaunchFailed;
-  return launch_status();
-}
-
 // Shape, stride and alignment checks shared by both entry points.
 Status check_ln_args(const LnQuantArgs& a, ElemType x_type) {
   if (a.rows < 0 || a.dim < 0 || a.rows_per_batch < 1 || !(a.eps >= 0.f)) return Status::InvalidArgument;
@@ -1088,6 +895,9 @@ Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, in
   const RowPlan plan = plan_row(dim / 8);
   if (plan.threads == 0) return Status::InvalidArgument;
   auto s = static_cast<cudaStream_t>(stream);
+  // Cluster (sm_90+, x read once) only when asked for: measured slower than
+  // RowStats on the H200 (layernorm_modulate_quant.h).
+  if (path == LnQuantBlockPath::Cluster) return ln_mod_quant_block128_cluster_cuda(x_type, a, stream);
   if (path == LnQuantBlockPath::RowStats ||
       (path == LnQuantBlockPath::Auto && workspace && dim <= kLnRowStatsMaxDim &&
        workspace_bytes >= ln_mod_quant_block128_rowstats_workspace_bytes(rows))) {
@@ -1098,9 +908,7 @@ Status layernorm_modulate_quant_block128_cuda(ElemType x_type, const void* x, in
     using T = typename decltype(tag)::type;
     return dispatch_packs(plan.packs_per_thread, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      // Auto without a workspace takes the portable path: on the H200 it measured faster than the
-      // cluster path at both Wan shapes (docs/benchmarks.md, 2026-11-30).
-      if (path == LnQuantBlockPath::Cluster) return launch_block128_cluster<T, V>(a, plan, row_blocks, s);
+      // Auto without a workspace (or RowStats refusing) takes the portable path.
       int teams = kBlockCtaThreads / plan.threads;
       teams = teams < 1 ? 1 : (teams > kMaxTeams ? kMaxTeams : teams);
       ln_mod_quant_block128_kernel<T, V>

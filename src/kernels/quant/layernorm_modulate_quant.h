@@ -112,17 +112,23 @@ Status layernorm_modulate_quant_token128_cuda(ElemType x_type, const void* x, in
 //            a 128x128 block quantizer applying them (stripes last to first,
 //            so the first reads hit L2): x read twice, no dependency inside
 //            either kernel (layernorm_modulate_quant_rowstats.cu). dim <= 5120.
-//   Cluster  (sm_90+): the stripe is split over a thread-block cluster of 8
-//            or 16 CTAs that keep their rows in shared memory and exchange
-//            per-group maxima through distributed shared memory: x is read
-//            once. Needs 8-16 rows x dim of x to fit in shared memory
-//            (bf16/fp16: dim <= 6400; fp32: dim <= 3200), else Unsupported.
+//   Cluster  (sm_90+): persistent thread-block clusters of 8 CTAs x 16 rows
+//            (or 16 x 8) walk the stripes, each stripe share double-buffered
+//            in shared memory (cp.async), threads owning 8-column packs of
+//            all their CTA's rows, statistics by transposed butterflies,
+//            group maxima exchanged through distributed shared memory: x is
+//            read once (layernorm_modulate_quant_cluster.cu). Needs two
+//            buffers of 8 rows x dim in shared memory (16-bit x: dim <=
+//            ~6900, fp32: ~3450; dim <= 16384) as the occupancy calculator
+//            allows, else Unsupported; Unsupported below sm_90. Measured
+//            (H200, 2026-12-01, bench_quant_rope) slower than RowStats and
+//            Portable: 42% / 30% of a same-traffic copy at 32760x1536 /
+//            75600x5120 (the previous cluster kernel ~33% / 30%).
 //   Portable (sm_80+): one CTA per stripe, x read twice (the second time
 //            from L2 only while the concurrent stripes fit in it).
 //   Auto:    RowStats where a large enough workspace is given and dim <=
-//            5120, else Portable. Measured on the H200 (2026-11-30, bf16):
-//            portable 95 us vs cluster 126 us at 32760x1536, 0.72 ms vs
-//            0.94 ms at 75600x5120; RowStats: docs/benchmarks.md, session 10.
+//            5120, else Portable (never Cluster: slower than RowStats on
+//            the H200, docs/benchmarks.md, sessions 10 and 15).
 enum class LnQuantBlockPath { Auto, Cluster, Portable, RowStats };
 
 // Workspace bytes RowStats needs for `rows` rows (8 per row; any contents,
