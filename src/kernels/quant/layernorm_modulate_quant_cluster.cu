@@ -98,12 +98,14 @@
 #include <tuple>
 
 #include "kernels/cp_async.cuh"
+#include "kernels/quant/ln_quant_columns_reduce.cuh"
 #include "kernels/quant/quant_device.cuh"
 
 namespace td::kernels {
 namespace {
 
 using namespace qdev;
+using namespace lnq;
 
 constexpr int kMaxWarps = 16;    // <= 512 threads per CTA
 constexpr int kMaxCluster = 16;  // CTAs per cluster (R = 8 rows each)
@@ -168,65 +170,6 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
   }
 }
 #endif  // __CUDA_ARCH__ >= 900
-
-// ---- reductions (layernorm_modulate_quant_columns.cu's, 16 warps) ----------
-
-template <int R>
-__host__ __device__ constexpr int rows_held(int level) {
-  return (R >> level) > 0 ? (R >> level) : 1;
-}
-
-// Transposed butterfly over aligned groups of `width` lanes: v[i] is the
-// lane's partial of row i; on return v[0] is the group's total of the
-// returned row. While a lane holds more than one row, each halving step
-// keeps half of them and receives the partner's partials of that half.
-template <int R, int width, typename Op>
-__device__ __forceinline__ int transposed_reduce(float (&v)[R], Op op) {
-  const int lane = int(threadIdx.x & 31u);
-  int row = 0;
-#pragma unroll
-  for (int l = 0; (width >> (l + 1)) > 0; ++l) {
-    const int o = width >> (l + 1);
-    const int cnt = rows_held<R>(l);
-    if (cnt > 1) {
-      const bool upper = (lane & o) != 0;
-      const int h = cnt / 2;
-#pragma unroll
-      for (int k = 0; k < h; ++k) {
-        const float send = upper ? v[k] : v[k + h];
-        const float keep = upper ? v[k + h] : v[k];
-        v[k] = op(keep, __shfl_xor_sync(0xffffffffu, send, o));
-      }
-      if (upper) row += h;
-    } else {
-      v[0] = op(v[0], __shfl_xor_sync(0xffffffffu, v[0], o));
-    }
-  }
-  return row;
-}
-
-// Row totals over the CTA: each warp's transposed result goes to
-// part[row][warp], one barrier, then every warp adds the partials in one
-// fixed order (lane l: row l % R, warps l / R, l / R + 32 / R, ...; then xor
-// steps over the lanes of the same row). Returns in every lane the total of
-// row lane % R, identical in all warps. Consecutive calls must alternate
-// `part` arrays (a fast warp may publish the next call's partials while a
-// slow one still reads this call's).
-template <int R>
-__device__ __forceinline__ float cta_row_sum(float (&v)[R], float (*part)[kMaxWarps], int nwarps) {
-  const int lane = int(threadIdx.x & 31u), warp = int(threadIdx.x >> 5);
-  const int row = transposed_reduce<R, 32>(v, [](float a, float b) { return a + b; });
-  if ((lane & (32 / R - 1)) == 0) part[row][warp] = v[0];
-  __syncthreads();
-  const int i = lane % R;
-  float acc = 0.f;
-#pragma unroll
-  for (int w = lane / R; w < kMaxWarps; w += 32 / R)
-    if (w < nwarps) acc += part[i][w];
-#pragma unroll
-  for (int o = R; o < 32; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
-}
 
 // ---- the kernel ------------------------------------------------------------
 
