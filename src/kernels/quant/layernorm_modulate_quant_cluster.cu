@@ -107,10 +107,10 @@ namespace {
 using namespace qdev;
 using namespace lnq;
 
-constexpr int kMaxWarps = 16;    // <= 512 threads per CTA
 constexpr int kMaxCluster = 16;  // CTAs per cluster (R = 8 rows each)
 constexpr int kMaxDim = 16384;   // V = 4 packs per thread x 512 threads x 8
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int kMaxWarps = 16;  // <= 512 threads per CTA
 constexpr uint32_t kMagicBits = 0x4B400000u;  // bits of 1.5 * 2^23 (ulp 1 from 2^23 to 2^24)
 
 // ---- sm_90 cluster primitives (PTX) ---------------------------------------
