@@ -19,6 +19,11 @@
 //     earlier kernel may still read;
 //   - pdl_launch_dependents() comes after pdl_wait(), unless the kernel's own
 //     dependents wait for it before reading what it writes (noted where so).
+// Measured on the H200 (docs/benchmarks.md, session 15): pdl_wait() in a
+// kernel whose predecessor never waited returned only when the kernel before
+// that had ended too, so a dependent cannot use pdl_wait() to start on its
+// predecessor's output while an earlier kernel still runs; flags in memory
+// (release / acquire) can.
 // On a device below sm_90, or launched without the attribute, pdl_wait() and
 // pdl_launch_dependents() are no-ops and the launch is an ordinary one.
 #pragma once
