@@ -290,14 +290,7 @@ __global__ void __launch_bounds__(kBound, kMinBlocks) ln_mod_quant_block128_clus
 
       // Two-pass statistics of the chunk's rows.
       float acc[RC];
-#pragma unroll
-      for (int ii = 0; ii < RC; ++ii) {
-        acc[ii] = 0.f;
-#pragma unroll
-        for (int j = 0; j < V; ++j)
-          acc[ii] += ((v[ii][j][0] + v[ii][j][1]) + (v[ii][j][2] + v[ii][j][3])) +
-                     ((v[ii][j][4] + v[ii][j][5]) + (v[ii][j][6] + v[ii][j][7]));
-      }
+      row_pack_sums<RC, V>(v, acc);
       const float mean_l = cta_row_sum<RC>(acc, part[(2 * c) & 3], nwarps) / float(a.dim);  // row c*RC + lane % RC
       float mean[RC];
 #pragma unroll

@@ -133,14 +133,7 @@ __global__ void __launch_bounds__(kThreadsBound, kMinBlocks) ln_mod_quant_token1
     // Two-pass statistics (the reference's algorithm): row sums, then the
     // sums of squares about the row means.
     float acc[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      acc[i] = 0.f;
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        acc[i] += ((v[i][j][0] + v[i][j][1]) + (v[i][j][2] + v[i][j][3])) +
-                  ((v[i][j][4] + v[i][j][5]) + (v[i][j][6] + v[i][j][7]));
-    }
+    row_pack_sums<R, V>(v, acc);
     const float mean_l = cta_row_sum<R>(acc, part[2 * parity], nwarps) * inv_dim;  // of row lane % R
     float mean[R];
 #pragma unroll

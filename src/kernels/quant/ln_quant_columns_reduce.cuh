@@ -82,4 +82,18 @@ __device__ __forceinline__ float cta_row_sum(float (&v)[R], float (*part)[kMaxWa
   return acc;
 }
 
+// acc[i] = the sum of row i's V packs of 8 values, pairwise in a fixed order
+// (the first pass of the two-pass statistics; both kernels' bits).
+template <int R, int V>
+__device__ __forceinline__ void row_pack_sums(const float (&v)[R][V][8], float (&acc)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      acc[i] += ((v[i][j][0] + v[i][j][1]) + (v[i][j][2] + v[i][j][3])) +
+                ((v[i][j][4] + v[i][j][5]) + (v[i][j][6] + v[i][j][7]));
+  }
+}
+
 }  // namespace td::kernels::lnq
