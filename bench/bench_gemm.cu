@@ -18,7 +18,8 @@
 //
 // Variants per shape (GEMM alone, no epilogue, unless named):
 //   cublas_bf16                      the baseline
-//   post_scale_sm90                  CUTLASS TMA/wgmma, int32 over all K
+//   post_scale_sm90                  CUTLASS TMA/wgmma, int32 over all K (the lean epilogue instance)
+//   post_scale_sm90_full_epilogue_tree  the same call on the full epilogue instance (TURBODIFF_GEMM_SM90_LEAN=0)
 //   post_scale_sm90_quant            + per-token activation quantization (quant_per_row_cuda)
 //   post_scale_sm90_epilogue         + bias and GELU (ffn1) or gated residual (qkv, ffn2)
 //   block_scaled_sm90_token128       promotion per 128-deep K block, 1x128 activation groups
@@ -45,6 +46,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -262,6 +264,12 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
 
   if (sm90) {
     record("post_scale_sm90", [&](int i) { require_ok(post_scale_sm90(post(S(i)), stream), "post_scale_sm90"); });
+    // The same call on the full epilogue instance (the lean one, which the
+    // call above runs, is the same bits; TURBODIFF_GEMM_SM90_LEAN=0).
+    setenv("TURBODIFF_GEMM_SM90_LEAN", "0", 1);
+    record("post_scale_sm90_full_epilogue_tree",
+           [&](int i) { require_ok(post_scale_sm90(post(S(i)), stream), "post_scale_sm90 (full tree)"); });
+    unsetenv("TURBODIFF_GEMM_SM90_LEAN");
     record("post_scale_sm90_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_per_row_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,

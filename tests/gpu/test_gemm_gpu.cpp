@@ -21,8 +21,10 @@
 //     bound of 2^-8 relative per element, with margin).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -444,6 +446,51 @@ TEST(GemmGpuLarge, Wan14BShapeOnHopperKernels) {
     Problem p(Scheme::Token128, M, 5120, 5120, e);
     check_kernel(Kernel::BlockScaledSm90, p, slices);
   }
+}
+
+// The post-scale sm90 GEMM runs calls without a residual on its lean
+// instance (int8_gemm_post_scale_lean_sm90.cuh: only the scale, bias and
+// GELU leaves in the epilogue), the rest on the full one. Both must give the
+// same bits: each epilogue without a residual, on awkward shapes (ragged M
+// and N, K not a multiple of 128), from poisoned outputs, the full instance
+// forced by TURBODIFF_GEMM_SM90_LEAN=0 and the lean one by =1 (which returns
+// the lean instance's own status: no silent fallback); the guards must stay
+// poisoned.
+TEST(GemmGpuPostScale, LeanEpilogueEqualsTheFullOneBitForBit) {
+  TD_REQUIRE_GPU();
+  if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
+  cuda::Stream stream(0);
+  const std::vector<std::array<int64_t, 3>> shapes = {{1000 + 37, 264, 1536}, {4099, 1544, 656}, {77, 8, 16},
+                                                      {300, 136, 5120}};
+  for (const auto& [M, N, K] : shapes)
+    for (const EpilogueCase e : {EpilogueCase{}, EpilogueCase{.bias = true}, EpilogueCase{.bias = true, .gelu = true},
+                                 EpilogueCase{.gelu = true}}) {
+      SCOPED_TRACE(testing::Message() << "M=" << M << " N=" << N << " K=" << K << " " << e.str());
+      const Problem p(Scheme::PostScale, M, N, K, e);
+      auto run = [&](bool lean) {
+        setenv("TURBODIFF_GEMM_SM90_LEAN", lean ? "1" : "0", 1);
+        p.reset_output();
+        const Status st = p.run_gpu(Kernel::PostScaleSm90, stream.native());
+        unsetenv("TURBODIFF_GEMM_SM90_LEAN");
+        EXPECT_EQ(st, Status::Ok);
+        stream.synchronize();
+        cuda::check_last_launch("post_scale_sm90");
+        std::vector<uint16_t> got(size_t((p.M + 1) * p.ldo));
+        cuda::memcpy_sync(got.data(), p.d_out->ptr, got.size() * 2, false);
+        return got;
+      };
+      const std::vector<uint16_t> lean = run(true), full = run(false);
+      size_t differ = 0, poisoned = 0;
+      for (int64_t m = 0; m <= p.M; ++m)
+        for (int64_t n = 0; n < p.ldo; ++n) {
+          const size_t i = size_t(m * p.ldo + n);
+          if (lean[i] != full[i]) ++differ;
+          const bool inside = m < p.M && n < p.N;
+          if (inside == (lean[i] == 0x7fc0)) ++poisoned;  // an output left poisoned, or a guard written
+        }
+      EXPECT_EQ(differ, 0u) << "lean and full instances differ";
+      EXPECT_EQ(poisoned, 0u) << "outputs left poisoned or guards written";
+    }
 }
 
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
