@@ -143,7 +143,8 @@ Status int8_gemm_block_scaled_mma(const Int8GemmBlockScaledArgs& args, void* str
 // only the scale, bias and (compile-time) GELU leaves
 // (int8_gemm_post_scale_lean_sm90.cuh): the same bits, 30-45% faster at
 // K = 1536; TURBODIFF_GEMM_SM90_LEAN=0 keeps them on the full one (=1: the
-// lean ones' status returned as it is, no fallback). Its persistent tile order (raster along N, 4-tile M groups when
+// lean ones' status returned as it is, no fallback). The persistent tile
+// order of both (raster along N, 4-tile M groups when
 // the weight exceeds 16 MB) can be overridden for benchmarking with the environment
 // variables TURBODIFF_GEMM_SM90_SWIZZLE=1|2|4|8 and TURBODIFF_GEMM_SM90_RASTER=m|n
 // (read once per process). The block-scaled kernel is our own (128x128x128

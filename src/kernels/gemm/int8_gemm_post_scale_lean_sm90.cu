@@ -4,8 +4,8 @@
 
 namespace td::kernels {
 
-Status int8_gemm_post_scale_sm90_lean(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle, char raster,
-                                      void* stream) {
+Status int8_gemm_post_scale_sm90_lean(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle,
+                                      post_scale_lean::RasterOrder raster, void* stream) {
   using G = post_scale_lean::LeanGemm<cute::Shape<cute::_128, cute::_128, cute::_128>, cute::Shape<cute::_2, cute::_1, cute::_1>,
                                       cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                       cutlass::epilogue::TmaWarpSpecialized, false>;

@@ -27,6 +27,7 @@ namespace td::kernels::post_scale_lean {
 
 using namespace cute;
 namespace fusion = cutlass::epilogue::fusion;
+using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
 
 CUTLASS_DEVICE float gelu_tanh(float x) {
   // 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): the same function without the
@@ -83,8 +84,8 @@ struct LeanGemm {
 
   // Unsupported where the call has a residual (or a gate), or the shape is
   // not one this instance takes; the caller then runs the full kernel.
-  // swizzle, raster ('m', 'n', else CUTLASS's heuristic): the full kernel's tile order.
-  static Status run(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle, char raster, void* stream) {
+  // swizzle, raster: the full kernel's tile order.
+  static Status run(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle, RasterOrder raster, void* stream) {
     const Int8GemmOperands& op = args.op;
     const Int8GemmEpilogue& e = op.epilogue;
     if (e.residual || e.gate || (e.activation == GemmActivation::GeluTanh) != kGelu) return Status::Unsupported;
@@ -109,11 +110,8 @@ struct LeanGemm {
         {},                                              // the root
     };
     arguments.hw_info.sm_count = sm_count;
-    using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
     arguments.scheduler.max_swizzle_size = swizzle;
-    arguments.scheduler.raster_order = raster == 'm'   ? RasterOrderOptions::AlongM
-                                       : raster == 'n' ? RasterOrderOptions::AlongN
-                                                       : RasterOrderOptions::Heuristic;
+    arguments.scheduler.raster_order = raster;
     Gemm gemm;
     if (gemm.can_implement(arguments) != cutlass::Status::kSuccess) return Status::Unsupported;
     if (Gemm::get_workspace_size(arguments) != 0) return Status::Unsupported;

@@ -44,10 +44,10 @@
 namespace td::kernels {
 
 // The lean instances (int8_gemm_post_scale_lean[_gelu]_sm90.cu): calls without a residual.
-Status int8_gemm_post_scale_sm90_lean(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle, char raster,
-                                      void* stream);
-Status int8_gemm_post_scale_sm90_lean_gelu(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle, char raster,
-                                           void* stream);
+Status int8_gemm_post_scale_sm90_lean(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle,
+                                      post_scale_lean::RasterOrder raster, void* stream);
+Status int8_gemm_post_scale_sm90_lean_gelu(const Int8GemmPostScaleArgs& args, int sm_count, int swizzle,
+                                           post_scale_lean::RasterOrder raster, void* stream);
 
 namespace {
 
@@ -321,6 +321,39 @@ Status int8_gemm_post_scale_sm90(const Int8GemmPostScaleArgs& args, void* stream
 
   const int M = int(op.M), N = int(op.N), K = int(op.K);
   const Int8GemmEpilogue& e = op.epilogue;
+  // Tile order: raster along N (CUTLASS's heuristic for M >> N: a wave of
+  // persistent CTAs sweeps N for a few M tiles, reusing their A rows), and
+  // when the weight does not sit comfortably in L2 (> 16 MB: Wan-14B's 26-70 MB
+  // weights) in groups of 4 M-tiles, so each weight tile in flight serves 4
+  // M-tiles. Measured on the H200 (swizzle 1/2/4/8): 4 is best or within 1%
+  // on the 14B shapes (up to 7% faster than 1); the 1.3B shapes (2.4-13.8 MB
+  // weights) are best at 1, and 8 costs them up to 70%. Overridable for
+  // benchmarking (int8_gemm.h).
+  const SchedulerTuning tuning = scheduler_tuning();
+  const bool big_weight = op.N * op.K > (int64_t(16) << 20);
+  const int swizzle = tuning.swizzle > 0 ? tuning.swizzle : (big_weight ? 4 : 1);
+  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  const RasterOrderOptions raster = tuning.raster == 'm'   ? RasterOrderOptions::AlongM
+                                    : tuning.raster == 'n' ? RasterOrderOptions::AlongN
+                                                           : RasterOrderOptions::Heuristic;
+
+  // Calls without a residual run the lean instances (the same bits;
+  // int8_gemm_post_scale_lean_sm90.cuh). Measured on the H200 (session 16):
+  // plain 30-45% faster at K = 1536, the same within 2% at K >= 5120; bias +
+  // GELU 1.8x faster at 1.3B ffn1 (0.77-0.91 against 1.57-1.66 ms), 7.99-9.83
+  // against 8.72-9.78 ms at 14B ffn1 (noisy between calls).
+  // TURBODIFF_GEMM_SM90_LEAN (read per call): 0 keeps every call on this
+  // one; 1 returns the lean instances' status as it is, never falling back
+  // (the GPU test's way to be sure they ran).
+  const char* lean_env = std::getenv("TURBODIFF_GEMM_SM90_LEAN");
+  const char lean_mode = lean_env && (lean_env[0] == '0' || lean_env[0] == '1') ? lean_env[0] : 'a';
+  const bool gelu = e.activation == GemmActivation::GeluTanh;
+  if (lean_mode != '0' && !e.residual && !e.gate) {
+    const Status ls = gelu ? int8_gemm_post_scale_sm90_lean_gelu(args, facts.sm_count, swizzle, raster, stream)
+                           : int8_gemm_post_scale_sm90_lean(args, facts.sm_count, swizzle, raster, stream);
+    if (ls != Status::Unsupported || lean_mode == '1') return ls;
+  }
+
   auto* out = static_cast<ElementOut*>(op.out);
   // Without a residual, C points at the output (a valid, aligned tensor of the
   // right shape) so the TMA descriptor is well formed; it is never loaded.
@@ -351,44 +384,13 @@ Status int8_gemm_post_scale_sm90(const Int8GemmPostScaleArgs& args, void* stream
       {e.bias, 0.f, {_0{}, _1{}, int64_t(0)}},         // bias[n] (null -> 0)
       {e.residual != nullptr},                         // residual
       {e.gate, e.ld_gate, int(e.gate ? e.rows_per_batch : 1)},
-      {e.activation == GemmActivation::GeluTanh ? 1 : 0, e.residual != nullptr ? 1 : 0},
+      {gelu ? 1 : 0, e.residual != nullptr ? 1 : 0},
   };
   arguments.hw_info.device_id = device;
   arguments.hw_info.sm_count = facts.sm_count;
-  // Tile order: raster along N (CUTLASS's heuristic for M >> N: a wave of
-  // persistent CTAs sweeps N for a few M tiles, reusing their A rows), and
-  // when the weight does not sit comfortably in L2 (> 16 MB: Wan-14B's 26-70 MB
-  // weights) in groups of 4 M-tiles, so each weight tile in flight serves 4
-  // M-tiles. Measured on the H200 (swizzle 1/2/4/8): 4 is best or within 1%
-  // on the 14B shapes (up to 7% faster than 1); the 1.3B shapes (2.4-13.8 MB
-  // weights) are best at 1, and 8 costs them up to 70%. Overridable for
-  // benchmarking (int8_gemm.h).
-  const SchedulerTuning tuning = scheduler_tuning();
-  const bool big_weight = op.N * op.K > (int64_t(16) << 20);
-  arguments.scheduler.max_swizzle_size = tuning.swizzle > 0 ? tuning.swizzle : (big_weight ? 4 : 1);
-  using RasterOrderOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
-  arguments.scheduler.raster_order = tuning.raster == 'm'   ? RasterOrderOptions::AlongM
-                                     : tuning.raster == 'n' ? RasterOrderOptions::AlongN
-                                                            : RasterOrderOptions::Heuristic;
+  arguments.scheduler.max_swizzle_size = swizzle;
+  arguments.scheduler.raster_order = raster;
 
-  // Calls without a residual run the lean instances (the same bits;
-  // int8_gemm_post_scale_lean_sm90.cuh). Measured on the H200 (session 16):
-  // plain 30-45% faster at K = 1536, the same within 2% at K >= 5120; bias +
-  // GELU 1.8x faster at 1.3B ffn1 (0.86-0.91 against 1.57-1.66 ms), 9.1-9.8
-  // against 8.7-9.8 ms at 14B ffn1 over four calls.
-  // TURBODIFF_GEMM_SM90_LEAN (read per call): 0 keeps every call on this
-  // one; 1 returns the lean instances' status as it is, never falling back
-  // (the GPU test's way to be sure they ran).
-  const char* lean_env = std::getenv("TURBODIFF_GEMM_SM90_LEAN");
-  const char lean_mode = lean_env && (lean_env[0] == '0' || lean_env[0] == '1') ? lean_env[0] : 'a';
-  const bool gelu = e.activation == GemmActivation::GeluTanh;
-  if (lean_mode != '0' && !e.residual && !e.gate) {
-    const int swizzle = int(arguments.scheduler.max_swizzle_size);
-    const Status ls = gelu
-                          ? int8_gemm_post_scale_sm90_lean_gelu(args, facts.sm_count, swizzle, tuning.raster, stream)
-                          : int8_gemm_post_scale_sm90_lean(args, facts.sm_count, swizzle, tuning.raster, stream);
-    if (ls != Status::Unsupported || lean_mode == '1') return ls;
-  }
   Gemm gemm;
   if (gemm.can_implement(arguments) != cutlass::Status::kSuccess) return Status::Unsupported;
   if (Gemm::get_workspace_size(arguments) != 0) return Status::Unsupported;  // the persistent scheduler needs none
