@@ -36,7 +36,19 @@ std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
 
 Tensor SelfAttention::operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const {
   TD_CHECK(x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", x.desc());
-  const Tensor qp = q(x), kp = k(x), vp = v(x);
+  Tensor qp, kp, vp;
+  const std::optional<ops::Int8ActScheme> act = q.int8_act_scheme();
+  if (act && k.int8_act_scheme() == act && v.int8_act_scheme() == act) {
+    // W8A8 q, k and v of one scheme read the same x: quantized once, not three times.
+    ops::QuantizedActivation xq;
+    {
+      const prof::Scope scope(prof::OpClass::Gemm, x.device().is_cuda());
+      xq = ops::quantize_activation(x, *act);
+    }
+    qp = q(xq), kp = k(xq), vp = v(xq);
+  } else {
+    qp = q(x), kp = k(x), vp = v(x);
+  }
   const bool cuda = x.device().is_cuda();
   const ops::QK qk = [&] {
     const prof::Scope scope(prof::OpClass::Norm, cuda);

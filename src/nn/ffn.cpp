@@ -1,11 +1,12 @@
 #include "nn/ffn.h"
 
-#include "ops/elementwise.h"
 
 namespace td::nn {
 
 Tensor FFN::operator()(const Tensor& x, std::optional<DType> out_dtype) const {
-  const Tensor h = ops::gelu_tanh(fc1(x));
+  // An INT8 fc1 applies the GELU in its GEMM epilogue (no pass over the
+  // [L, F] hidden activation); a floating-point one after its output.
+  const Tensor h = fc1(x, std::nullopt, /*gelu_tanh=*/true);
   return fc2(h, out_dtype.value_or(x.dtype()));
 }
 

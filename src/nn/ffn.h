@@ -1,4 +1,7 @@
-// Wan's feed-forward: Linear(D -> F) -> GELU(tanh) -> Linear(F -> D).
+// Wan's feed-forward: Linear(D -> F) -> GELU(tanh) -> Linear(F -> D). With an
+// INT8 fc1 the GELU runs in its GEMM epilogue, on the fp32 result before its
+// one rounding (the floating-point path rounds fc1's output first, as
+// diffusers does).
 #pragma once
 
 #include <optional>

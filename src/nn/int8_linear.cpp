@@ -108,4 +108,13 @@ Tensor Int8Linear::operator()(const Tensor& x, std::optional<DType> out_dtype, b
   return ops::int8_linear(x, weight_, bias_, int8_act_scheme(variant_), out_dtype, gelu_tanh);
 }
 
+Tensor Int8Linear::operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype,
+                              bool gelu_tanh) const {
+  TD_CHECK(defined(), Internal, "nn::Int8Linear called before its weight was set");
+  TD_CHECK(x.act == int8_act_scheme(variant_), Usage, "nn::Int8Linear (", int8_linear_variant_name(variant_),
+           "): the activation was quantized as ", ops::int8_act_scheme_name(x.act), ", the layer reads ",
+           ops::int8_act_scheme_name(int8_act_scheme(variant_)));
+  return ops::int8_linear(x, weight_, bias_, out_dtype, gelu_tanh);
+}
+
 }  // namespace td::nn

@@ -54,6 +54,10 @@ class Int8Linear {
 
   // x: [..., in_features] -> [..., out_features] in out_dtype (default x's dtype).
   Tensor operator()(const Tensor& x, std::optional<DType> out_dtype = {}, bool gelu_tanh = false) const;
+  // On an activation quantized once (ops::quantize_activation with
+  // int8_act_scheme(variant())) for several layers that read the same x.
+  Tensor operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype = {},
+                    bool gelu_tanh = false) const;
 
   bool defined() const { return weight_.q.defined(); }
   int64_t in_features() const { return weight_.in_features(); }

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/tensor.h"
+#include "ops/int8_linear.h"
 
 namespace td::nn {
 
@@ -23,7 +24,15 @@ class Linear {
   explicit Linear(Int8Linear int8);
 
   // x: [..., in_features] -> [..., out_features] in out_dtype (default x's dtype).
-  Tensor operator()(const Tensor& x, std::optional<DType> out_dtype = {}) const;
+  // gelu_tanh: then PyTorch's gelu(approximate="tanh"); a floating-point layer
+  // applies it to the rounded output (as the model's separate op does), an
+  // INT8 one in its GEMM epilogue, before the one rounding.
+  Tensor operator()(const Tensor& x, std::optional<DType> out_dtype = {}, bool gelu_tanh = false) const;
+  // INT8 layers only: on an activation quantized once for several layers
+  // (ops::quantize_activation with int8_act_scheme()).
+  Tensor operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype = {}) const;
+  // The activation scheme of an INT8 layer; nothing for a floating-point one.
+  std::optional<ops::Int8ActScheme> int8_act_scheme() const;
 
   bool defined() const { return weight_.defined() || int8_ != nullptr; }
   int64_t in_features() const;

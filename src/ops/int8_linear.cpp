@@ -32,15 +32,12 @@ bool float_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == D
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Quantized activation: codes [M, K] (ld K) and scales in the layout the GEMM reads.
-struct QuantAct {
-  Tensor q, scale;
-  int64_t ld_scale = 0;
-};
+using QuantAct = QuantizedActivation;
 
-QuantAct quantize_act(const Rows& r, DType x_dtype, Device device, Int8ActScheme act) {
+// Fills a.codes / a.scale / a.ld_scale (a.act set by the caller).
+void quantize_act_into(const Rows& r, DType x_dtype, Device device, Int8ActScheme act, QuantAct& a) {
   const int64_t M = r.rows, K = r.dim, kb = kernels::quant_groups(K);
-  QuantAct a;
-  a.q = Tensor::empty({M, K}, DType::I8, device);
+  a.codes = Tensor::empty({M, K}, DType::I8, device);
   switch (act) {
     case Int8ActScheme::PerToken:
       a.scale = Tensor::empty({M}, DType::F32, device);
@@ -57,7 +54,7 @@ QuantAct quantize_act(const Rows& r, DType x_dtype, Device device, Int8ActScheme
       break;
   }
   const kernels::ElemType xt = elem_type(x_dtype, kOp, "x");
-  int8_t* q = a.q.data<int8_t>();
+  int8_t* q = a.codes.data<int8_t>();
   float* s = a.scale.data<float>();
   kernels::Status st = kernels::Status::Ok;
   if (device.is_cpu()) {
@@ -87,7 +84,6 @@ QuantAct quantize_act(const Rows& r, DType x_dtype, Device device, Int8ActScheme
 #endif
   }
   check_status(st, kOp, cat("quantizing the activation [", M, ", ", K, "] (", int8_act_scheme_name(act), ")"));
-  return a;
 }
 
 kernels::Int8GemmOperands operands(const QuantAct& a, const Int8LinearWeight& w, const Tensor& bias, bool gelu,
@@ -96,7 +92,7 @@ kernels::Int8GemmOperands operands(const QuantAct& a, const Int8LinearWeight& w,
   op.M = M;
   op.N = w.out_features();
   op.K = w.in_features();
-  op.a = a.q.data<int8_t>();
+  op.a = a.codes.data<int8_t>();
   op.lda = op.K;
   op.w = w.q.data<int8_t>();
   op.ldw = op.K;
@@ -210,8 +206,12 @@ Tensor dequantize_int8_weight(const Int8LinearWeight& w, DType dtype) {
   return dtype == DType::F32 ? f : f.to(dtype);
 }
 
-Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bias, Int8ActScheme act,
-                   std::optional<DType> out_dtype_opt, bool gelu) {
+namespace {
+
+// The checks of a call, before any work: x, the weight, the scheme pairing,
+// the bias, the output dtype. Returns x as rows.
+Rows check_call(const Tensor& x, const Int8LinearWeight& w, const Tensor& bias, Int8ActScheme act,
+                DType out_dtype) {
   check_int8_weight(w, kOp);
   check_same_device(kOp, {{"x", &x}, {"weight", &w.q}, {"bias", &bias}});
   TD_CHECK(x.defined() && float_dtype(x.dtype()), DType, kOp, ": x must be f32, bf16 or f16, got ",
@@ -228,8 +228,23 @@ Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bia
   if (bias.defined())
     TD_CHECK(bias.dim() == 1 && bias.numel() == N && bias.is_contiguous() && bias.dtype() == DType::F32, Shape, kOp,
              ": bias ", bias.desc(), " must be a contiguous f32 vector of ", N, " values (weight ", w.q.desc(), ")");
-  const DType out_dtype = out_dtype_opt.value_or(x.dtype());
   TD_CHECK(float_dtype(out_dtype), DType, kOp, ": output dtype ", dtype_name(out_dtype), " is not f32, bf16 or f16");
+  return r;
+}
+
+// Whether the INT8 kernels may take x on CUDA (else the cuBLAS fallback):
+// enough rows and a 16-bit activation.
+bool cuda_int8_rows(const Rows& r, DType x_dtype) {
+  return r.rows >= kInt8LinearMinRowsCuda && x_dtype != DType::F32;
+}
+
+// The call after check_call, on `a` (codes present wherever the INT8 path runs).
+Tensor run_int8_linear(const QuantAct& a, const Rows& r, const Int8LinearWeight& w, const Tensor& bias,
+                       DType out_dtype, bool gelu) {
+  const Tensor& x = a.x;
+  const Int8ActScheme act = a.act;
+  const bool per_channel = w.scheme == Int8WeightScheme::PerChannel;
+  const int64_t N = w.out_features();
   Shape out_shape = x.shape();
   out_shape.back() = N;
   const int64_t M = r.rows;
@@ -240,7 +255,7 @@ Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bia
     const DType gemm_out = out_dtype == DType::BF16 ? DType::BF16 : DType::F32;
     Tensor y = Tensor::empty(out_shape, gemm_out);
     if (M == 0 || N == 0) return out_dtype == gemm_out ? y : y.to(out_dtype);
-    const QuantAct a = quantize_act(r, x.dtype(), x.device(), act);
+    TD_CHECK(a.codes.defined(), Internal, kOp, ": ", ctx, ": the activation was not quantized");
     const kernels::Int8GemmOperands op = operands(a, w, bias, gelu, y, M);
     const kernels::Status st = per_channel
                                    ? kernels::int8_gemm_post_scale_ref(post_args(op, a, w))
@@ -266,7 +281,7 @@ Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bia
   }
   Tensor y = Tensor::empty(out_shape, DType::BF16, x.device());
   if (N == 0) return y;
-  const QuantAct a = quantize_act(r, x.dtype(), x.device(), act);
+  TD_CHECK(a.codes.defined(), Internal, kOp, ": ", ctx, ": the activation was not quantized");
   const kernels::Int8GemmOperands op = operands(a, w, bias, gelu, y, M);
   if (kernels::int8_gemm_cuda_supported(op, a.scale.raw_data(), w.scale.raw_data()) != kernels::Status::Ok) {
     const std::string why = kernels::int8_gemm_cuda_unsupported_reason(op, a.scale.raw_data(), w.scale.raw_data());
@@ -294,8 +309,57 @@ Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bia
   check_status(st, kOp, ctx);
   return y;
 #else
+  (void)gelu;
   fail(ErrorKind::Unsupported, kOp, ": ", x.desc(), " is a CUDA tensor but this build has no CUDA");
 #endif
+}
+
+}  // namespace
+
+QuantizedActivation quantize_activation(const Tensor& x, Int8ActScheme act) {
+  TD_CHECK(x.defined() && float_dtype(x.dtype()), DType, "quantize_activation: x must be f32, bf16 or f16, got ",
+           x.defined() ? x.desc() : std::string("nothing"));
+  QuantizedActivation a;
+  a.x = x;
+  a.act = act;
+  const Rows r = as_rows(x, "quantize_activation", "x");
+  if (r.rows == 0) return a;
+  if (x.device().is_cuda()) {
+#if TURBODIFF_HAVE_CUDA
+    if (!cuda_int8_rows(r, x.dtype())) return a;  // every int8_linear on it takes the fallback
+    cuda::set_device(x.device().index);
+#else
+    fail(ErrorKind::Unsupported, "quantize_activation: ", x.desc(), " is a CUDA tensor but this build has no CUDA");
+#endif
+  }
+  quantize_act_into(r, x.dtype(), x.device(), act, a);
+  return a;
+}
+
+Tensor int8_linear(const Tensor& x, const Int8LinearWeight& w, const Tensor& bias, Int8ActScheme act,
+                   std::optional<DType> out_dtype_opt, bool gelu) {
+  const DType out_dtype = out_dtype_opt.value_or(x.defined() ? x.dtype() : DType::F32);
+  const Rows r = check_call(x, w, bias, act, out_dtype);
+  // Quantize only where an INT8 kernel will read the codes.
+  QuantizedActivation a;
+  a.x = x;
+  a.act = act;
+  const bool int8_path =
+      x.device().is_cpu() ? (r.rows > 0 && w.out_features() > 0)
+                          : cuda_int8_rows(r, x.dtype()) && out_dtype == DType::BF16 && w.out_features() > 0;
+  if (int8_path) quantize_act_into(r, x.dtype(), x.device(), act, a);
+  return run_int8_linear(a, r, w, bias, out_dtype, gelu);
+}
+
+Tensor int8_linear(const QuantizedActivation& a, const Int8LinearWeight& w, const Tensor& bias,
+                   std::optional<DType> out_dtype_opt, bool gelu) {
+  const DType out_dtype = out_dtype_opt.value_or(a.x.defined() ? a.x.dtype() : DType::F32);
+  const Rows r = check_call(a.x, w, bias, a.act, out_dtype);
+  if (a.codes.defined())
+    TD_CHECK(a.codes.dtype() == DType::I8 && a.codes.dim() == 2 && a.codes.size(0) == r.rows &&
+                 a.codes.size(1) == r.dim && a.codes.device() == a.x.device() && a.scale.defined(),
+             Usage, kOp, ": the quantized activation ", a.codes.desc(), " does not belong to x ", a.x.desc());
+  return run_int8_linear(a, r, w, bias, out_dtype, gelu);
 }
 
 }  // namespace td::ops

@@ -66,4 +66,24 @@ Tensor dequantize_int8_weight(const Int8LinearWeight& w, DType dtype);
 Tensor int8_linear(const Tensor& x, const Int8LinearWeight& weight, const Tensor& bias, Int8ActScheme act,
                    std::optional<DType> out_dtype = {}, bool gelu_tanh = false);
 
+// An activation quantized once for several INT8 linears that read the same x
+// (Wan's q, k and v projections): x itself (kept for the cuBLAS fallback and
+// the output shape), and, where int8_linear would run an INT8 kernel for x
+// (always on the host; on CUDA when M >= kInt8LinearMinRowsCuda and x is
+// 16-bit), its codes and scales in `act`'s layout. `codes` undefined: every
+// int8_linear on it takes the fallback.
+struct QuantizedActivation {
+  Tensor x;
+  Int8ActScheme act = Int8ActScheme::Token128;
+  Tensor codes;  // i8 [M, K]
+  Tensor scale;  // f32, the layout of `act` (int8_linear.cpp)
+  int64_t ld_scale = 0;
+};
+QuantizedActivation quantize_activation(const Tensor& x, Int8ActScheme act);
+
+// int8_linear on an activation quantized by quantize_activation: the same
+// result as int8_linear(a.x, ..., a.act, ...), bit for bit.
+Tensor int8_linear(const QuantizedActivation& a, const Int8LinearWeight& weight, const Tensor& bias,
+                   std::optional<DType> out_dtype = {}, bool gelu_tanh = false);
+
 }  // namespace td::ops

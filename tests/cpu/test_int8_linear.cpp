@@ -7,6 +7,7 @@
 // as it is.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "harness/harness.h"
 #include "io/checkpoint.h"
@@ -279,6 +280,58 @@ TEST(Int8Linear, WrappedInLinearAndErrors) {
                                                   Int8LinearVariant::Token128, "blocks.0.ffn.0");
             }).find("blocks.0.ffn.0"),
             std::string::npos);
+}
+
+// An activation quantized once (ops::quantize_activation) for several layers
+// gives each layer the bits it gives on x itself: every variant, bf16 / f32
+// inputs, [B, L, K] leading dims, GELU on and off; then the errors: codes of
+// another x, a layer of another scheme, an empty x.
+TEST(Int8Linear, QuantizedOnceEqualsQuantizedPerCall) {
+  const int64_t B = 2, L = 37, K = 200, N = 72;
+  for (const Int8LinearVariant v : kVariants)
+    for (const DType xt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(testing::Message() << nn::int8_linear_variant_name(v) << " x " << dtype_name(xt));
+      const Tensor x = test::randn_tensor({B, L, K}, xt);
+      const ops::QuantizedActivation xq = ops::quantize_activation(x, nn::int8_act_scheme(v));
+      ASSERT_TRUE(xq.codes.defined());
+      for (const bool gelu : {false, true})
+        for (int layer_i = 0; layer_i < 3; ++layer_i) {  // q, k, v of one x
+          const Tensor w = test::randn_tensor({N, K}, DType::F32, 0.05f);
+          const Tensor b = test::randn_tensor({N}, DType::F32, 0.5f);
+          const nn::Int8Linear layer = nn::Int8Linear::from_float(w, b, v, Device::cpu());
+          const Tensor per_call = layer(x, DType::F32, gelu);
+          const Tensor once = layer(xq, DType::F32, gelu);
+          ASSERT_EQ(once.shape(), (Shape{B, L, N}));
+          ASSERT_EQ(std::memcmp(per_call.data<float>(), once.data<float>(), size_t(per_call.numel()) * 4), 0);
+          const nn::Linear wrapped{nn::Int8Linear(layer)};
+          ASSERT_EQ(wrapped.int8_act_scheme(), nn::int8_act_scheme(v));
+          if (!gelu) {
+            const Tensor via_linear = wrapped(xq, DType::F32);
+            ASSERT_EQ(std::memcmp(per_call.data<float>(), via_linear.data<float>(), size_t(per_call.numel()) * 4),
+                      0);
+          }
+        }
+    }
+  const auto error_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const Tensor w = test::randn_tensor({N, K}, DType::F32, 0.05f);
+  const nn::Int8Linear tok = nn::Int8Linear::from_float(w, Tensor(), Int8LinearVariant::Token128, Device::cpu());
+  const nn::Int8Linear post = nn::Int8Linear::from_float(w, Tensor(), Int8LinearVariant::PostScale, Device::cpu());
+  ops::QuantizedActivation xq = ops::quantize_activation(test::randn_tensor({9, K}, DType::F32),
+                                                         ops::Int8ActScheme::Token128);
+  EXPECT_NE(error_of([&] { post(xq); }).find("token128"), std::string::npos);
+  xq.x = test::randn_tensor({10, K}, DType::F32);  // codes of 9 rows, x of 10
+  EXPECT_NE(error_of([&] { tok(xq); }).find("does not belong"), std::string::npos);
+  EXPECT_NE(error_of([&] { ops::quantize_activation(Tensor(), ops::Int8ActScheme::Token128); }).find("nothing"),
+            std::string::npos);
+  const nn::Linear float_layer(w, Tensor());
+  EXPECT_FALSE(float_layer.int8_act_scheme().has_value());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // H200, mma.sync elsewhere) against the CPU reference path on the same codes,
 // the cuBLAS BF16 fallbacks (small M, shapes no INT8 kernel takes), and the
 // W8A8 Wan DiT forward on the GPU against the CPU one.
+#include <cstring>
 #include <string>
 
 #include "core/cuda_runtime.h"
@@ -41,6 +42,31 @@ TEST(Int8LinearGpu, KernelsMatchCpuReference) {
       // ones), exact int32 partial sums; the difference is fp32 summation order
       // (~1e-6) and the bf16 output rounding (RMS ~1.1e-3 relative): bar 3e-3.
       TD_EXPECT_CLOSE(test::compare(y, ref), 3e-3, 0.99999);
+    }
+}
+
+// One quantization for several layers on CUDA: the same bits as each layer
+// quantizing x itself, through the INT8 kernels (M above the fallback
+// threshold) and through the cuBLAS fallback (small M: no codes at all).
+TEST(Int8LinearGpu, QuantizedOnceEqualsQuantizedPerCall) {
+  TD_REQUIRE_GPU();
+  for (const int64_t M : {ops::kInt8LinearMinRowsCuda + 37, int64_t(100)})
+    for (const Int8LinearVariant v : kVariants) {
+      SCOPED_TRACE(testing::Message() << nn::int8_linear_variant_name(v) << " M=" << M);
+      const int64_t K = 400, N = 264;
+      const Tensor x = test::randn_tensor({M, K}, DType::BF16).to(Device::cuda(0));
+      const ops::QuantizedActivation xq = ops::quantize_activation(x, nn::int8_act_scheme(v));
+      EXPECT_EQ(xq.codes.defined(), M >= ops::kInt8LinearMinRowsCuda);
+      for (const bool gelu : {false, true}) {
+        const Tensor w = test::randn_tensor({N, K}, DType::BF16, 0.05f);
+        const Tensor b = test::randn_tensor({N}, DType::F32, 0.5f);
+        const nn::Int8Linear layer = nn::Int8Linear::from_float(w, b, v, Device::cuda(0));
+        const Tensor per_call = layer(x, DType::BF16, gelu).to(Device::cpu());
+        const Tensor once = layer(xq, DType::BF16, gelu).to(Device::cpu());
+        ASSERT_EQ(per_call.shape(), once.shape());
+        ASSERT_EQ(std::memcmp(per_call.raw_data(), once.raw_data(), size_t(per_call.numel()) * 2), 0)
+            << "gelu " << gelu;
+      }
     }
 }
 
