@@ -27,6 +27,10 @@
 //   block_scaled_sm90_block128       128x128 activation blocks (TurboDiffusion's format)
 //   block_scaled_sm90_block128_quant + quant_block128_cuda
 //   block_scaled_sm90_token128_epilogue  + bias and GELU (ffn1) or gated residual (qkv, ffn2)
+//   block_scaled_sm90_token128{,_epilogue}_{inline,deferred}  the same two calls with the
+//                                    epilogue forced inline (consumers, after each tile) or
+//                                    deferred (two producer-group warps, under the next tile)
+//                                    by TURBODIFF_GEMM_SM90_BLOCK_EPI
 //   post_scale_mma / block_scaled_mma_token128   the portable mma.sync kernels
 // Plus "accuracy_vs_bf16" at 32760 x 1536 -> 1536: rel L2 and cosine of each
 // scheme (with its own quantizers) against the BF16 linear on activations with
@@ -300,6 +304,18 @@ nlohmann::json bench_shape(const Shape& sh, const Options& opt, cublasHandle_t b
       with_epilogue(a.op);
       require_ok(block_scaled_sm90(a, stream), "block_scaled_sm90 epilogue");
     });
+    for (const char* mode : {"inline", "deferred"}) {
+      setenv("TURBODIFF_GEMM_SM90_BLOCK_EPI", mode, 1);
+      record(std::string("block_scaled_sm90_token128_") + mode, [&](int i) {
+        require_ok(block_scaled_sm90(block(S(i), true), stream), "block_scaled_sm90");
+      });
+      record(std::string("block_scaled_sm90_token128_epilogue_") + mode, [&](int i) {
+        auto a = block(S(i), true);
+        with_epilogue(a.op);
+        require_ok(block_scaled_sm90(a, stream), "block_scaled_sm90 epilogue");
+      });
+      unsetenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
+    }
     record("block_scaled_sm90_block128_quant", [&](int i) {
       const Set& t = S(i);
       require_ok(td::kernels::quantize_block128_cuda(BF, t.x, M, K, K, static_cast<int8_t*>(t.a), K,

@@ -493,6 +493,61 @@ TEST(GemmGpuPostScale, LeanEpilogueEqualsTheFullOneBitForBit) {
     }
 }
 
+// The block-scaled sm_90a kernel's deferred epilogue (two producer-group
+// warps finish each tile from shared memory while the consumers run the next
+// one; TURBODIFF_GEMM_SM90_BLOCK_EPI=deferred) against the inline one (=inline):
+// the same arithmetic, so the same bits, for every epilogue (plain, bias,
+// bias + GELU, gated residual, in place), both activation-scale schemes,
+// shapes with one and with many tiles per CTA (4099 x 1544: 286 tiles on 132
+// CTAs, so the staged / drained hand-off runs every round) and ragged M, N,
+// K, from poisoned outputs; the guards must stay poisoned.
+TEST(GemmGpuBlockScaled, DeferredEpilogueEqualsTheInlineOneBitForBit) {
+  TD_REQUIRE_GPU();
+  if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
+  cuda::Stream stream(0);
+  const std::vector<std::array<int64_t, 3>> shapes = {{1000 + 37, 264, 1536}, {4099, 1544, 656}, {77, 8, 16},
+                                                      {300, 136, 5120}};
+  for (const auto& [M, N, K] : shapes)
+    for (const Scheme scheme : {Scheme::Token128, Scheme::Block128})
+      for (const EpilogueCase e :
+           {EpilogueCase{}, EpilogueCase{.bias = true}, EpilogueCase{.bias = true, .gelu = true},
+            EpilogueCase{.bias = true, .residual = true, .gate = true, .rows_per_batch = 500},
+            EpilogueCase{.residual = true, .in_place = true}}) {
+        SCOPED_TRACE(testing::Message() << scheme_name(scheme) << " M=" << M << " N=" << N << " K=" << K << " "
+                                        << e.str());
+        const Problem p(scheme, M, N, K, e);
+        auto run = [&](const char* mode) {
+          setenv("TURBODIFF_GEMM_SM90_BLOCK_EPI", mode, 1);
+          p.reset_output();
+          const Status st = p.run_gpu(Kernel::BlockScaledSm90, stream.native());
+          unsetenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
+          EXPECT_EQ(st, Status::Ok);
+          stream.synchronize();
+          cuda::check_last_launch("block_scaled_sm90");
+          std::vector<uint16_t> got(size_t((p.M + 1) * p.ldo));
+          cuda::memcpy_sync(got.data(), p.d_out->ptr, got.size() * 2, false);
+          return got;
+        };
+        const std::vector<uint16_t> deferred = run("deferred"), inline_epi = run("inline");
+        size_t differ = 0, poisoned = 0;
+        for (int64_t m = 0; m <= p.M; ++m)
+          for (int64_t n = 0; n < p.ldo; ++n) {
+            const size_t i = size_t(m * p.ldo + n);
+            if (deferred[i] != inline_epi[i]) ++differ;
+            const bool inside = m < p.M && n < p.N;
+            if (inside == (deferred[i] == 0x7fc0)) ++poisoned;  // an output left poisoned, or a guard written
+          }
+        EXPECT_EQ(differ, 0u) << "deferred and inline epilogues differ";
+        EXPECT_EQ(poisoned, 0u) << "outputs left poisoned or guards written";
+      }
+  // and the deferred one against the reference (a gated residual at a Wan 1.3B width)
+  setenv("TURBODIFF_GEMM_SM90_BLOCK_EPI", "deferred", 1);
+  check_kernel(Kernel::BlockScaledSm90,
+               Problem(Scheme::Token128, 2049, 1536, 1536,
+                       EpilogueCase{.bias = true, .residual = true, .gate = true, .rows_per_batch = 1000}));
+  unsetenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
+}
+
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
 TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
   TD_REQUIRE_GPU();

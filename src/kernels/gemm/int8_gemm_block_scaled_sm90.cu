@@ -20,9 +20,19 @@
 //     persistent CTAs (one per SM) walk the tiles in groups of 8 M-tiles, so
 //     the producer prefetches the next tile's stages while the consumers
 //     run the epilogue.
-//   - Epilogue through shared memory (fp32, 64 columns at a time per
-//     warpgroup): bias, GELU-tanh, gated residual in fp32, 16-byte coalesced
-//     output stores and residual loads.
+//   - Epilogue, two forms with the same arithmetic (the same bits):
+//     inline (K < 4096): each consumer warpgroup through shared memory (fp32,
+//       64 columns at a time): bias, GELU-tanh, gated residual in fp32,
+//       16-byte coalesced output stores and residual loads, while the tensor
+//       cores wait;
+//     deferred (K >= 4096, session 17): the consumers store the tile's fp32
+//       sums in shared memory (192 x 132 floats; 3 stages instead of 4) and
+//       go on to the next tile, while warps 2-3 of the producer warpgroup
+//       (idle before) finish it, a row per warp and 6 rows' loads at a time;
+//       named barriers "staged" / "drained" between them, setmaxnreg 80 /
+//       144. Two warps keep up with a tile's mainloop only when it is long
+//       (measured: see kDeferredEpilogueMinK);
+//     TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred forces either.
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
 //
@@ -46,7 +56,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
@@ -81,10 +94,6 @@ struct TileConfig {
   static constexpr int kThreads = 128 * (kWGs + 1);
   static constexpr int kConsumerWarps = 4 * kWGs;
   static constexpr uint32_t kStageTxBytes = (kBM + kBN) * kBK;  // int8: bytes = elements
-  // setmaxnreg budgets: 128 (producer + kWGs x consumer) <= 65536 registers
-  // (32 + 3 x 160 = 512 per thread of a warpgroup)
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = 160;
   using SmemLayoutA = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBM>{}, Int<kBK>{}, Int<kStages>{})));
   using SmemLayoutB = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kBN>{}, Int<kBK>{}, Int<kStages>{})));
   // the warpgroups stacked along M: kBM x 128 per K step of 32
@@ -116,6 +125,34 @@ struct TileConfig {
 };
 using Cfg = TileConfig<3, 4>;
 static_assert(sizeof(Cfg::StorageScalesEpi) <= 232448, "over the sm_90 shared-memory limit");
+
+// The deferred epilogue (BlockEpilogue::Deferred): 3 stages beside a full
+// fp32 tile (192 x 128, rows padded to 132 floats: the consumers' float2
+// stores take 2 wavefronts, the epilogue warps' 16-byte row reads 4).
+constexpr int kDefLd = 132;
+using CfgD = TileConfig<3, 3>;
+struct StorageDeferred : CfgD::StorageScales {
+  alignas(16) float tile[CfgD::kBM][kDefLd];
+};
+static_assert(sizeof(StorageDeferred) <= 232448, "over the sm_90 shared-memory limit");
+// Named barriers between the consumers (384 threads) and the two epilogue
+// warps (64) of the deferred epilogue: the tile is in shared memory / the
+// epilogue warps have read it.
+// Which epilogue runs unless TURBODIFF_GEMM_SM90_BLOCK_EPI says otherwise: the
+// deferred one from K = 4096 (32 K blocks: the mainloop of a tile is long
+// enough for two warps to finish the previous tile's epilogue under it), the
+// inline one below. Measured on the H200 (2026-12-01, session 17): Wan-14B
+// 720p forward (every K >= 5120) 3104-3112 ms inline -> 3038-3041 deferred,
+// its GEMMs 2160 -> 2068 ms; at K = 1536 the deferred epilogue loses (1.3B
+// ffn1 with bias + GELU 1.37 -> 2.21 ms, the 1.3B forward 182-183 -> 215 ms
+// with every GEMM deferred).
+constexpr int64_t kDeferredEpilogueMinK = 4096;
+// setmaxnreg budgets: 128 x (producer + 3 consumers) <= 65536 registers
+// (inline: 32 + 3 x 160 = 512; deferred: 80 + 3 x 144 = 512)
+constexpr int kProducerRegs = 32, kConsumerRegs = 160;
+constexpr int kDefProducerRegs = 80, kDefConsumerRegs = 144;
+constexpr int kDefRows = 6;  // rows per epilogue-warp step (loads in flight)
+constexpr int kBarStaged = 4, kBarDrained = 5, kDefBarThreads = 3 * 128 + 64;
 
 struct KernelParams {
   int M, N, K;
@@ -163,14 +200,109 @@ __device__ __forceinline__ void cp_async_f32(float* smem_dst, const float* src, 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
 
-// The kernel (configuration Cfg; the file header describes it).
+// The epilogue of 8 columns [n, n + 8) of row m from fp32 values y (bias,
+// GELU, gated residual, one rounding to bf16, a 16-byte store), or 4
+// columns with a 8-byte store (kCols = 4).
+template <int kCols>
+__device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int n, float (&y)[kCols]) {
+  static_assert(kCols == 4 || kCols == 8, "4 or 8 columns");
+  if (p.bias) {
+    CUTE_UNROLL
+    for (int j = 0; j < kCols; j += 4) {
+      const float4 b = __ldg(reinterpret_cast<const float4*>(p.bias + n + j));
+      y[j] += b.x, y[j + 1] += b.y, y[j + 2] += b.z, y[j + 3] += b.w;
+    }
+  }
+  if (p.gelu) {
+    CUTE_UNROLL
+    for (int j = 0; j < kCols; ++j) y[j] = gelu_tanh(y[j]);
+  }
+  if (p.residual) {
+    uint32_t rw[kCols / 2];
+    if constexpr (kCols == 8) {
+      const uint4 rv = *reinterpret_cast<const uint4*>(p.residual + int64_t(m) * p.ld_residual + n);
+      rw[0] = rv.x, rw[1] = rv.y, rw[2] = rv.z, rw[3] = rv.w;
+    } else {
+      const uint2 rv = *reinterpret_cast<const uint2*>(p.residual + int64_t(m) * p.ld_residual + n);
+      rw[0] = rv.x, rw[1] = rv.y;
+    }
+    float g[kCols];
+    CUTE_UNROLL
+    for (int j = 0; j < kCols; ++j) g[j] = 1.f;
+    if (p.gate) {
+      const float* gp = p.gate + int64_t(m / p.rows_per_batch) * p.ld_gate + n;
+      CUTE_UNROLL
+      for (int j = 0; j < kCols; j += 4) {
+        const float4 g4 = __ldg(reinterpret_cast<const float4*>(gp + j));
+        g[j] = g4.x, g[j + 1] = g4.y, g[j + 2] = g4.z, g[j + 3] = g4.w;
+      }
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kCols / 2; ++j) {
+      // bf16 -> fp32 is exact: the bits in the upper half
+      y[2 * j] = __uint_as_float(rw[j] << 16) + g[2 * j] * y[2 * j];
+      y[2 * j + 1] = __uint_as_float(rw[j] & 0xffff0000u) + g[2 * j + 1] * y[2 * j + 1];
+    }
+  }
+  uint32_t ow[kCols / 2];
+  CUTE_UNROLL
+  for (int j = 0; j < kCols / 2; ++j) {
+    const __nv_bfloat162 o = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
+    ow[j] = uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
+  }
+  if constexpr (kCols == 8)
+    *reinterpret_cast<uint4*>(p.out + int64_t(m) * p.ldo + n) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
+  else
+    *reinterpret_cast<uint2*>(p.out + int64_t(m) * p.ldo + n) = make_uint2(ow[0], ow[1]);
+}
+
+// epilogue_cols<4> with the residual's 4 bf16 already loaded (rv; unused
+// without a residual): the same arithmetic.
+__device__ __forceinline__ void epilogue_cols4_loaded(const KernelParams& p, int m, int n, float (&y)[4], uint2 rv) {
+  if (p.bias) {
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p.bias + n));
+    y[0] += b.x, y[1] += b.y, y[2] += b.z, y[3] += b.w;
+  }
+  if (p.gelu) {
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) y[j] = gelu_tanh(y[j]);
+  }
+  if (p.residual) {
+    const uint32_t rw[2] = {rv.x, rv.y};
+    float g[4] = {1.f, 1.f, 1.f, 1.f};
+    if (p.gate) {
+      const float4 g4 = __ldg(reinterpret_cast<const float4*>(p.gate + int64_t(m / p.rows_per_batch) * p.ld_gate + n));
+      g[0] = g4.x, g[1] = g4.y, g[2] = g4.z, g[3] = g4.w;
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < 2; ++j) {
+      y[2 * j] = __uint_as_float(rw[j] << 16) + g[2 * j] * y[2 * j];
+      y[2 * j + 1] = __uint_as_float(rw[j] & 0xffff0000u) + g[2 * j + 1] * y[2 * j + 1];
+    }
+  }
+  uint32_t ow[2];
+  CUTE_UNROLL
+  for (int j = 0; j < 2; ++j) {
+    const __nv_bfloat162 o = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
+    ow[j] = uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
+  }
+  *reinterpret_cast<uint2*>(p.out + int64_t(m) * p.ldo + n) = make_uint2(ow[0], ow[1]);
+}
+
+// The kernel (configuration Cfg, or CfgD with the deferred epilogue; the
+// file header describes it).
+template <bool kDeferred>
+using CfgOf = std::conditional_t<kDeferred, CfgD, Cfg>;
+
+template <bool kDeferred>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ Cfg::TmaA tma_a,
-                                       const __grid_constant__ Cfg::TmaB tma_b) {
+    int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p,
+                                       const __grid_constant__ typename CfgOf<kDeferred>::TmaA tma_a,
+                                       const __grid_constant__ typename CfgOf<kDeferred>::TmaB tma_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Cfg;
+  using C = CfgOf<kDeferred>;
   constexpr int kBM = C::kBM, kStages = C::kStages;
-  using Storage = C::StorageScalesEpi;
+  using Storage = std::conditional_t<kDeferred, StorageDeferred, Cfg::StorageScalesEpi>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
@@ -197,7 +329,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (warp_group == 0) {
     // ---------------- producer ----------------
-    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+    // (Deferred: the epilogue warps below need more registers than the
+    // producer's 32: 56 for this warpgroup, 152 for each consumer one.)
+    if constexpr (kDeferred)
+      cutlass::arch::warpgroup_reg_dealloc<kDefProducerRegs>();
+    else
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp == 0 && cute::elect_one_sync()) {
       Tensor mA = tma_a.get_tma_tensor(make_shape(p.M, p.K));
       Tensor mB = tma_b.get_tma_tensor(make_shape(p.N, p.K));
@@ -259,9 +396,51 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       cute::cp_async_wait<0>();
     }
+    if constexpr (kDeferred) {
+      if (warp >= 2) {
+        // The epilogue warps: each tile the consumers stage in shared memory,
+        // a row per warp at a time (a lane's 4 columns: 16-byte reads, one
+        // 8-byte store), while the consumers run the next tile's mainloop.
+        const int ew = warp - 2;  // 0, 1
+        for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+          int tile_m, tile_n;
+          tile_coords(p, tile, tile_m, tile_n);
+          const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+          const int n = n0 + 4 * lane;
+          asm volatile("bar.sync %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
+          const int rows = min(kBM, p.M - m0);
+          if (n < p.N) {  // N % 8 == 0: the 4 columns are all in or all out
+            // kDefRows rows at a time (this warp's rows r, r + 2, ...): every
+            // load of the group issued before the first is used, so two warps
+            // keep enough loads in flight
+            for (int r0 = ew; r0 < rows; r0 += 2 * kDefRows) {
+              float y[kDefRows][4];
+              uint2 rv[kDefRows];
+              CUTE_UNROLL
+              for (int k = 0; k < kDefRows; ++k) {
+                const int r = min(r0 + 2 * k, rows - 1);  // rows past the end: computed again, not stored
+                const float4 v = *reinterpret_cast<const float4*>(&smem.tile[r][4 * lane]);
+                y[k][0] = v.x, y[k][1] = v.y, y[k][2] = v.z, y[k][3] = v.w;
+                if (p.residual)
+                  rv[k] = *reinterpret_cast<const uint2*>(p.residual + int64_t(m0 + r) * p.ld_residual + n);
+              }
+              CUTE_UNROLL
+              for (int k = 0; k < kDefRows; ++k) {
+                const int r = r0 + 2 * k;
+                if (r < rows) epilogue_cols4_loaded(p, m0 + r, n, y[k], rv[k]);
+              }
+            }
+          }
+          asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
+        }
+      }
+    }
   } else {
     // ---------------- consumers ----------------
-    cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
+    if constexpr (kDeferred)
+      cutlass::arch::warpgroup_reg_alloc<kDefConsumerRegs>();
+    else
+      cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int ctid = threadIdx.x - 128;  // 0 .. 383 over the three consumer warpgroups
     typename C::TiledMma tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(ctid);
@@ -276,6 +455,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // This thread's two rows: r_lo (bit 3 clear) and r_lo + 8, as in every
     // m64nNk32 accumulator fragment.
     const int r_lo = int(get<0>(tCcC(0))) & ~8;
+    const int c0 = int(get<1>(tCcC(0)));  // this thread's first column (2 * (lane % 4))
 
     int stage = 0;
     uint32_t phase = 0;
@@ -314,84 +494,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           stage = 0;
           phase ^= 1;
         }
+        // value i of an m64nNk32 accumulator fragment: row r_lo + 8 * ((i >> 1) & 1),
+        // column c0 + 8 * (i >> 2) + (i & 1) (the row half known at compile time)
         CUTE_UNROLL
-        for (int i = 0; i < size(acc); ++i) {
-          const float s = (int(get<0>(tCcC(i))) & 8) ? s_hi : s_lo;
-          facc(i) += float(acc(i)) * s;
-        }
+        for (int i = 0; i < size(acc); ++i) facc(i) += float(acc(i)) * ((i & 2) ? s_hi : s_lo);
       }
 
-      // ---- epilogue through shared memory, in two halves of 64 columns:
-      // each warpgroup writes its 64 x 64 fp32 half-tile, then every thread
-      // takes 8 consecutive columns of one row: 16-byte residual loads and
-      // output stores, float4 bias/gate loads (all 16-byte aligned: N % 8,
-      // ld % 8, 16-byte bases), one rounding to bf16 as in the other path.
-      const int wg = warp_group - 1;  // 0..kWGs - 1: rows [64 wg, 64 wg + 64) of the tile
-      const int wtid = threadIdx.x % 128;
-      float(*buf)[kEpiLd] = smem.epi[wg];
-      CUTE_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        // previous readers of buf (the last half or tile) are done
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg));
+      if constexpr (kDeferred) {
+        // ---- deferred epilogue: the fp32 tile to shared memory (once the
+        // epilogue warps have read the previous one), then on to the next
+        // tile; the epilogue warps finish this one under its mainloop.
+        if (tile != int(blockIdx.x))
+          asm volatile("bar.sync %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
+        // one base address, compile-time offsets (the fragment layout above)
+        float* base = &smem.tile[r_lo][c0];
         CUTE_UNROLL
-        for (int i = half * 32; i < half * 32 + 32; i += 2) {  // values i < 32: columns 0..63
-          const int r = int(get<0>(tCcC(i))) - 64 * wg, c = int(get<1>(tCcC(i))) - 64 * half;
-          *reinterpret_cast<float2*>(&buf[r][c]) = make_float2(facc(i), facc(i + 1));
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg));
+        for (int i = 0; i < size(facc); i += 2)
+          *reinterpret_cast<float2*>(base + ((i >> 1) & 1) * 8 * kDefLd + 8 * (i >> 2)) = make_float2(facc(i), facc(i + 1));
+        asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
+        continue;
+      } else {
+        // ---- epilogue through shared memory, in two halves of 64 columns:
+        // each warpgroup writes its 64 x 64 fp32 half-tile, then every thread
+        // takes 8 consecutive columns of one row: 16-byte residual loads and
+        // output stores, float4 bias/gate loads (all 16-byte aligned: N % 8,
+        // ld % 8, 16-byte bases), one rounding to bf16 as in the other path.
+        const int wg = warp_group - 1;  // 0..kWGs - 1: rows [64 wg, 64 wg + 64) of the tile
+        const int wtid = threadIdx.x % 128;
+        float(*buf)[kEpiLd] = smem.epi[wg];
         CUTE_UNROLL
-        for (int pass = 0; pass < 4; ++pass) {
-          const int r = pass * 16 + wtid / 8, c = (wtid % 8) * 8;
-          const int m = m0 + 64 * wg + r, n = n0 + 64 * half + c;
-          if (m >= p.M || n >= p.N) continue;  // N % 8 == 0: the 8 columns are all in or all out
-          const float4 lo = *reinterpret_cast<const float4*>(&buf[r][c]);
-          const float4 hi = *reinterpret_cast<const float4*>(&buf[r][c + 4]);
-          float y[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-          if (p.bias) {
-            const float4 b0 = __ldg(reinterpret_cast<const float4*>(p.bias + n));
-            const float4 b1 = __ldg(reinterpret_cast<const float4*>(p.bias + n + 4));
-            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-            CUTE_UNROLL
-            for (int j = 0; j < 8; ++j) y[j] += b[j];
-          }
-          if (p.gelu) {
-            CUTE_UNROLL
-            for (int j = 0; j < 8; ++j) y[j] = gelu_tanh(y[j]);
-          }
-          if (p.residual) {
-            const uint4 rv = *reinterpret_cast<const uint4*>(p.residual + int64_t(m) * p.ld_residual + n);
-            const uint32_t rw[4] = {rv.x, rv.y, rv.z, rv.w};
-            float g[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
-            if (p.gate) {
-              const float* gp = p.gate + int64_t(m / p.rows_per_batch) * p.ld_gate + n;
-              const float4 g0 = __ldg(reinterpret_cast<const float4*>(gp));
-              const float4 g1 = __ldg(reinterpret_cast<const float4*>(gp + 4));
-              g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w, g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
-            }
-            CUTE_UNROLL
-            for (int j = 0; j < 4; ++j) {
-              // bf16 -> fp32 is exact: the bits in the upper half
-              y[2 * j] = __uint_as_float(rw[j] << 16) + g[2 * j] * y[2 * j];
-              y[2 * j + 1] = __uint_as_float(rw[j] & 0xffff0000u) + g[2 * j + 1] * y[2 * j + 1];
-            }
-          }
-          uint32_t ow[4];
+        for (int half = 0; half < 2; ++half) {
+          // previous readers of buf (the last half or tile) are done
+          asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg));
           CUTE_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            const __nv_bfloat162 o = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-            ow[j] = uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
+          for (int i = half * 32; i < half * 32 + 32; i += 2) {  // values i < 32: columns 0..63
+            const int r = int(get<0>(tCcC(i))) - 64 * wg, c = int(get<1>(tCcC(i))) - 64 * half;
+            *reinterpret_cast<float2*>(&buf[r][c]) = make_float2(facc(i), facc(i + 1));
           }
-          *reinterpret_cast<uint4*>(p.out + int64_t(m) * p.ldo + n) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
+          asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg));
+          CUTE_UNROLL
+          for (int pass = 0; pass < 4; ++pass) {
+            const int r = pass * 16 + wtid / 8, c = (wtid % 8) * 8;
+            const int m = m0 + 64 * wg + r, n = n0 + 64 * half + c;
+            if (m >= p.M || n >= p.N) continue;  // N % 8 == 0: the 8 columns are all in or all out
+            const float4 lo = *reinterpret_cast<const float4*>(&buf[r][c]);
+            const float4 hi = *reinterpret_cast<const float4*>(&buf[r][c + 4]);
+            float y[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            epilogue_cols<8>(p, m, n, y);
+          }
         }
       }
     }
+    // the epilogue warps have read the last tile (every CTA has one)
+    if constexpr (kDeferred) asm volatile("bar.sync %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
   }
 #endif
 }
 
 struct DeviceFacts {
   int sm_count = 0, cc = 0;
-  bool configured = false;  // the kernel's shared-memory size set
+  bool configured[2] = {false, false};  // each kernel's shared-memory size set (inline, deferred)
 };
 
 DeviceFacts* device_facts(int device) {
@@ -411,9 +573,10 @@ DeviceFacts* device_facts(int device) {
 }
 
 // Launches the kernel on checked arguments.
+template <bool kDeferred>
 Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
-  using C = Cfg;
-  constexpr int kSmemBytes = int(sizeof(C::StorageScalesEpi));
+  using C = CfgOf<kDeferred>;
+  constexpr int kSmemBytes = int(kDeferred ? sizeof(StorageDeferred) : sizeof(Cfg::StorageScalesEpi));
   const Int8GemmOperands& op = args.op;
   if (op.M > (int64_t(1) << 31) - C::kBM || op.N > (int64_t(1) << 31) - kBN ||
       op.epilogue.rows_per_batch >= (int64_t(1) << 31))
@@ -428,11 +591,11 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
     DeviceFacts* f = device_facts(device);
     if (!f) return Status::LaunchFailed;
     if (f->cc != 90) return Status::Unsupported;
-    if (!f->configured) {
-      if (cudaFuncSetAttribute(int8_gemm_block_scaled_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kSmemBytes) != cudaSuccess)
+    if (!f->configured[kDeferred]) {
+      if (cudaFuncSetAttribute(int8_gemm_block_scaled_sm90_kernel<kDeferred>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess)
         return Status::LaunchFailed;
-      f->configured = true;
+      f->configured[kDeferred] = true;
     }
     sm_count = f->sm_count;
   }
@@ -469,8 +632,8 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
 
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int grid = int(tiles < sm_count ? tiles : sm_count);
-  int8_gemm_block_scaled_sm90_kernel<<<grid, C::kThreads, size_t(kSmemBytes), static_cast<cudaStream_t>(stream)>>>(
-      p, tma_a, tma_b);
+  int8_gemm_block_scaled_sm90_kernel<kDeferred>
+      <<<grid, C::kThreads, size_t(kSmemBytes), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b);
   return cudaPeekAtLastError() == cudaSuccess ? Status::Ok : Status::LaunchFailed;
 }
 
@@ -481,7 +644,10 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
   const Int8GemmOperands& op = args.op;
   if (op.M == 0 || op.N == 0) return Status::Ok;
   if (int8_gemm_cuda_supported(op, args.a_scale, args.w_scale) != Status::Ok) return Status::Unsupported;
-  return launch(args, stream);
+  // TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred (read per call: A/B and tests)
+  const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
+  const bool deferred = e ? std::strcmp(e, "deferred") == 0 : op.K >= kDeferredEpilogueMinK;
+  return deferred ? launch<true>(args, stream) : launch<false>(args, stream);
 }
 
 }  // namespace td::kernels
