@@ -24,6 +24,7 @@ namespace td {
 namespace {
 
 using nn::Int8LinearVariant;
+using test::error_of;
 
 constexpr Int8LinearVariant kVariants[] = {Int8LinearVariant::Token128, Int8LinearVariant::Block128,
                                            Int8LinearVariant::PostScale};
@@ -256,14 +257,6 @@ TEST(Int8Linear, WrappedInLinearAndErrors) {
   TD_EXPECT_CLOSE(test::compare(y, (*lin.int8())(x)), 0, 1 - 1e-12);
 
   // Wrong input width, scheme mismatches, wrong scale shapes: errors naming the tensors.
-  const auto error_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   EXPECT_NE(error_of([&] { lin(test::randn_tensor({5, 63}, DType::F32)); }).find("63"), std::string::npos);
   const ops::Int8LinearWeight pc = nn::quantize_linear_weight(w, Int8LinearVariant::PostScale);
   EXPECT_NE(error_of([&] { nn::Int8Linear(pc, Tensor(), Int8LinearVariant::Token128, Device::cpu()); })
@@ -312,14 +305,6 @@ TEST(Int8Linear, QuantizedOnceEqualsQuantizedPerCall) {
           }
         }
     }
-  const auto error_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   const Tensor w = test::randn_tensor({N, K}, DType::F32, 0.05f);
   const nn::Int8Linear tok = nn::Int8Linear::from_float(w, Tensor(), Int8LinearVariant::Token128, Device::cpu());
   const nn::Int8Linear post = nn::Int8Linear::from_float(w, Tensor(), Int8LinearVariant::PostScale, Device::cpu());

@@ -52,15 +52,7 @@ std::vector<FixturePrompt> fixture_prompts() {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::vector<int64_t> row_i64(const Tensor& t, int64_t b) {
   const Tensor r = t.select(0, b).contiguous();

@@ -448,6 +448,44 @@ TEST(GemmGpuLarge, Wan14BShapeOnHopperKernels) {
   }
 }
 
+// (M, N, K) of the A/B tests of the sm90 kernels' variants: ragged M and N, K
+// not a multiple of 128, one tile and many tiles per CTA.
+const std::vector<std::array<int64_t, 3>> kAbShapes = {{1000 + 37, 264, 1536}, {4099, 1544, 656}, {77, 8, 16},
+                                                       {300, 136, 5120}};
+
+// Runs kernel k on p with the environment variable `var` set to `value`
+// (an A/B knob of the sm90 kernels), from a poisoned output; returns the
+// output with its guard row and columns.
+std::vector<uint16_t> run_with_env(Kernel k, const Problem& p, const char* var, const char* value,
+                                   cuda::Stream& stream) {
+  setenv(var, value, 1);
+  p.reset_output();
+  const Status st = p.run_gpu(k, stream.native());
+  unsetenv(var);
+  EXPECT_EQ(st, Status::Ok);
+  stream.synchronize();
+  cuda::check_last_launch(kernel_name(k));
+  std::vector<uint16_t> got(size_t((p.M + 1) * p.ldo));
+  cuda::memcpy_sync(got.data(), p.d_out->ptr, got.size() * 2, false);
+  return got;
+}
+
+// Two outputs of p (from run_with_env) must be equal bit for bit, every output
+// written and every guard left poisoned.
+void expect_same_outputs(const Problem& p, const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                         const char* what) {
+  size_t differ = 0, poisoned = 0;
+  for (int64_t m = 0; m <= p.M; ++m)
+    for (int64_t n = 0; n < p.ldo; ++n) {
+      const size_t i = size_t(m * p.ldo + n);
+      if (a[i] != b[i]) ++differ;
+      const bool inside = m < p.M && n < p.N;
+      if (inside == (a[i] == 0x7fc0)) ++poisoned;  // an output left poisoned, or a guard written
+    }
+  EXPECT_EQ(differ, 0u) << what << " differ";
+  EXPECT_EQ(poisoned, 0u) << "outputs left poisoned or guards written";
+}
+
 // The post-scale sm90 GEMM runs calls without a residual on its lean
 // instance (int8_gemm_post_scale_lean_sm90.cuh: only the scale, bias and
 // GELU leaves in the epilogue), the rest on the full one. Both must give the
@@ -460,36 +498,14 @@ TEST(GemmGpuPostScale, LeanEpilogueEqualsTheFullOneBitForBit) {
   TD_REQUIRE_GPU();
   if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
   cuda::Stream stream(0);
-  const std::vector<std::array<int64_t, 3>> shapes = {{1000 + 37, 264, 1536}, {4099, 1544, 656}, {77, 8, 16},
-                                                      {300, 136, 5120}};
-  for (const auto& [M, N, K] : shapes)
+  for (const auto& [M, N, K] : kAbShapes)
     for (const EpilogueCase e : {EpilogueCase{}, EpilogueCase{.bias = true}, EpilogueCase{.bias = true, .gelu = true},
                                  EpilogueCase{.gelu = true}}) {
       SCOPED_TRACE(testing::Message() << "M=" << M << " N=" << N << " K=" << K << " " << e.str());
       const Problem p(Scheme::PostScale, M, N, K, e);
-      auto run = [&](bool lean) {
-        setenv("TURBODIFF_GEMM_SM90_LEAN", lean ? "1" : "0", 1);
-        p.reset_output();
-        const Status st = p.run_gpu(Kernel::PostScaleSm90, stream.native());
-        unsetenv("TURBODIFF_GEMM_SM90_LEAN");
-        EXPECT_EQ(st, Status::Ok);
-        stream.synchronize();
-        cuda::check_last_launch("post_scale_sm90");
-        std::vector<uint16_t> got(size_t((p.M + 1) * p.ldo));
-        cuda::memcpy_sync(got.data(), p.d_out->ptr, got.size() * 2, false);
-        return got;
-      };
-      const std::vector<uint16_t> lean = run(true), full = run(false);
-      size_t differ = 0, poisoned = 0;
-      for (int64_t m = 0; m <= p.M; ++m)
-        for (int64_t n = 0; n < p.ldo; ++n) {
-          const size_t i = size_t(m * p.ldo + n);
-          if (lean[i] != full[i]) ++differ;
-          const bool inside = m < p.M && n < p.N;
-          if (inside == (lean[i] == 0x7fc0)) ++poisoned;  // an output left poisoned, or a guard written
-        }
-      EXPECT_EQ(differ, 0u) << "lean and full instances differ";
-      EXPECT_EQ(poisoned, 0u) << "outputs left poisoned or guards written";
+      const std::vector<uint16_t> lean = run_with_env(Kernel::PostScaleSm90, p, "TURBODIFF_GEMM_SM90_LEAN", "1", stream);
+      const std::vector<uint16_t> full = run_with_env(Kernel::PostScaleSm90, p, "TURBODIFF_GEMM_SM90_LEAN", "0", stream);
+      expect_same_outputs(p, lean, full, "lean and full instances");
     }
 }
 
@@ -505,9 +521,7 @@ TEST(GemmGpuBlockScaled, DeferredEpilogueEqualsTheInlineOneBitForBit) {
   TD_REQUIRE_GPU();
   if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
   cuda::Stream stream(0);
-  const std::vector<std::array<int64_t, 3>> shapes = {{1000 + 37, 264, 1536}, {4099, 1544, 656}, {77, 8, 16},
-                                                      {300, 136, 5120}};
-  for (const auto& [M, N, K] : shapes)
+  for (const auto& [M, N, K] : kAbShapes)
     for (const Scheme scheme : {Scheme::Token128, Scheme::Block128})
       for (const EpilogueCase e :
            {EpilogueCase{}, EpilogueCase{.bias = true}, EpilogueCase{.bias = true, .gelu = true},
@@ -516,29 +530,10 @@ TEST(GemmGpuBlockScaled, DeferredEpilogueEqualsTheInlineOneBitForBit) {
         SCOPED_TRACE(testing::Message() << scheme_name(scheme) << " M=" << M << " N=" << N << " K=" << K << " "
                                         << e.str());
         const Problem p(scheme, M, N, K, e);
-        auto run = [&](const char* mode) {
-          setenv("TURBODIFF_GEMM_SM90_BLOCK_EPI", mode, 1);
-          p.reset_output();
-          const Status st = p.run_gpu(Kernel::BlockScaledSm90, stream.native());
-          unsetenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
-          EXPECT_EQ(st, Status::Ok);
-          stream.synchronize();
-          cuda::check_last_launch("block_scaled_sm90");
-          std::vector<uint16_t> got(size_t((p.M + 1) * p.ldo));
-          cuda::memcpy_sync(got.data(), p.d_out->ptr, got.size() * 2, false);
-          return got;
-        };
-        const std::vector<uint16_t> deferred = run("deferred"), inline_epi = run("inline");
-        size_t differ = 0, poisoned = 0;
-        for (int64_t m = 0; m <= p.M; ++m)
-          for (int64_t n = 0; n < p.ldo; ++n) {
-            const size_t i = size_t(m * p.ldo + n);
-            if (deferred[i] != inline_epi[i]) ++differ;
-            const bool inside = m < p.M && n < p.N;
-            if (inside == (deferred[i] == 0x7fc0)) ++poisoned;  // an output left poisoned, or a guard written
-          }
-        EXPECT_EQ(differ, 0u) << "deferred and inline epilogues differ";
-        EXPECT_EQ(poisoned, 0u) << "outputs left poisoned or guards written";
+        const char* knob = "TURBODIFF_GEMM_SM90_BLOCK_EPI";
+        const std::vector<uint16_t> deferred = run_with_env(Kernel::BlockScaledSm90, p, knob, "deferred", stream);
+        const std::vector<uint16_t> inline_epi = run_with_env(Kernel::BlockScaledSm90, p, knob, "inline", stream);
+        expect_same_outputs(p, deferred, inline_epi, "deferred and inline epilogues");
       }
   // and the deferred one against the reference (a gated residual at a Wan 1.3B width)
   setenv("TURBODIFF_GEMM_SM90_BLOCK_EPI", "deferred", 1);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace td::test {
@@ -70,5 +71,16 @@ std::string cli_path();
 std::string source_dir();
 // A fresh temporary directory removed at process exit.
 std::string temp_dir();
+
+// The message of the td::Error that f throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace td::test
