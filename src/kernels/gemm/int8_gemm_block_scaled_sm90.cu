@@ -21,17 +21,18 @@
 //     the producer prefetches the next tile's stages while the consumers
 //     run the epilogue.
 //   - Epilogue, two forms with the same arithmetic (the same bits):
-//     inline (K < 4096): each consumer warpgroup through shared memory (fp32,
-//       64 columns at a time): bias, GELU-tanh, gated residual in fp32,
-//       16-byte coalesced output stores and residual loads, while the tensor
-//       cores wait;
-//     deferred (K >= 4096, session 17): the consumers store the tile's fp32
-//       sums in shared memory (192 x 132 floats; 3 stages instead of 4) and
-//       go on to the next tile, while warps 2-3 of the producer warpgroup
-//       (idle before) finish it, a row per warp and 6 rows' loads at a time;
-//       named barriers "staged" / "drained" between them, setmaxnreg 80 /
-//       144. Two warps keep up with a tile's mainloop only when it is long
-//       (measured: see kDeferredEpilogueMinK);
+//     inline (calls with a gated residual): each consumer warpgroup through
+//       shared memory (fp32, 64 columns at a time): bias, GELU-tanh, gated
+//       residual in fp32, 16-byte coalesced output stores and residual
+//       loads, while the tensor cores wait;
+//     deferred (every other call, session 17): the consumers add the bias,
+//       apply GELU, round to bf16 and store the tile in shared memory (192 x
+//       136 bf16; 3 stages instead of 4), then go on to the next tile, while
+//       warps 2-3 of the producer warpgroup (idle before) copy it out, a row
+//       per warp and 6 rows' loads at a time; named barriers "staged" /
+//       "drained" between them, setmaxnreg 80 / 144. (Forced on a residual
+//       call it stages fp32 and the epilogue warps do the residual: correct,
+//       slower.)
 //     TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred forces either.
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
@@ -130,23 +131,31 @@ static_assert(sizeof(Cfg::StorageScalesEpi) <= 232448, "over the sm_90 shared-me
 // fp32 tile (192 x 128, rows padded to 132 floats: the consumers' float2
 // stores take 2 wavefronts, the epilogue warps' 16-byte row reads 4).
 constexpr int kDefLd = 132;
+// Calls without a residual stage the finished bf16 outputs instead (the
+// consumers add the bias, apply GELU and round): rows of 136 bf16 (272 bytes)
+// in the same buffer, so the epilogue warps only copy half the bytes.
+constexpr int kDefLd16 = 136;
 using CfgD = TileConfig<3, 3>;
 struct StorageDeferred : CfgD::StorageScales {
   alignas(16) float tile[CfgD::kBM][kDefLd];
 };
 static_assert(sizeof(StorageDeferred) <= 232448, "over the sm_90 shared-memory limit");
+static_assert(CfgD::kBM * kDefLd16 * 2 <= CfgD::kBM * kDefLd * 4, "the bf16 staging fits the fp32 one");
 // Named barriers between the consumers (384 threads) and the two epilogue
 // warps (64) of the deferred epilogue: the tile is in shared memory / the
 // epilogue warps have read it.
-// Which epilogue runs unless TURBODIFF_GEMM_SM90_BLOCK_EPI says otherwise: the
-// deferred one from K = 4096 (32 K blocks: the mainloop of a tile is long
-// enough for two warps to finish the previous tile's epilogue under it), the
-// inline one below. Measured on the H200 (2026-12-01, session 17): Wan-14B
-// 720p forward (every K >= 5120) 3104-3112 ms inline -> 3038-3041 deferred,
-// its GEMMs 2160 -> 2068 ms; at K = 1536 the deferred epilogue loses (1.3B
-// ffn1 with bias + GELU 1.37 -> 2.21 ms, the 1.3B forward 182-183 -> 215 ms
-// with every GEMM deferred).
-constexpr int64_t kDeferredEpilogueMinK = 4096;
+// Which epilogue runs unless TURBODIFF_GEMM_SM90_BLOCK_EPI says otherwise:
+// the deferred one for calls without a residual (bf16 staging: the epilogue
+// warps only copy), the inline one for the gated residual (fp32 staging, its
+// loads in the epilogue warps: slower at every measured shape). Measured on
+// the H200 (2026-12-01, session 17), inline -> deferred: with fp32 staging for
+// every call the deferred epilogue lost at K = 1536 (1.3B forward 182-183 ->
+// 215 ms: two warps reading 96 KB of staged fp32 per tile beside the
+// consumers' wgmmas fell behind) and won from K = 4096 (14B forward 3104-3112
+// -> 3038-3041 ms); with bf16 staging 1.3B ffn1 / ffn2 / qkv 1.115 / 1.019 /
+// 0.204 -> 1.089 / 0.962 / 0.201 ms (GEMM alone), the 1.3B forward 179.4-179.7
+// -> 178.0-179.0 ms and the 14B forward 3117 -> 3073 ms (deferred from K = 4096).
+inline bool deferred_epilogue_by_default(const Int8GemmOperands& op) { return op.epilogue.residual == nullptr; }
 // setmaxnreg budgets: 128 x (producer + 3 consumers) <= 65536 registers
 // (inline: 32 + 3 x 160 = 512; deferred: 80 + 3 x 144 = 512)
 constexpr int kProducerRegs = 32, kConsumerRegs = 160;
@@ -409,7 +418,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int n = n0 + 4 * lane;
           asm volatile("bar.sync %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
           const int rows = min(kBM, p.M - m0);
-          if (n < p.N) {  // N % 8 == 0: the 4 columns are all in or all out
+          if (n < p.N && !p.residual) {
+            // bf16 staged: a copy, 8 bytes per lane and row, kDefRows rows' loads first
+            const uint16_t* t16 = reinterpret_cast<const uint16_t*>(&smem.tile[0][0]);
+            for (int r0 = ew; r0 < rows; r0 += 2 * kDefRows) {
+              uint2 v[kDefRows];
+              CUTE_UNROLL
+              for (int k = 0; k < kDefRows; ++k)
+                v[k] = *reinterpret_cast<const uint2*>(t16 + min(r0 + 2 * k, rows - 1) * kDefLd16 + 4 * lane);
+              CUTE_UNROLL
+              for (int k = 0; k < kDefRows; ++k)
+                if (r0 + 2 * k < rows) *reinterpret_cast<uint2*>(p.out + int64_t(m0 + r0 + 2 * k) * p.ldo + n) = v[k];
+            }
+          } else if (n < p.N) {  // N % 8 == 0: the 4 columns are all in or all out
             // kDefRows rows at a time (this warp's rows r, r + 2, ...): every
             // load of the group issued before the first is used, so two warps
             // keep enough loads in flight
@@ -506,11 +527,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // tile; the epilogue warps finish this one under its mainloop.
         if (tile != int(blockIdx.x))
           asm volatile("bar.sync %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
-        // one base address, compile-time offsets (the fragment layout above)
-        float* base = &smem.tile[r_lo][c0];
-        CUTE_UNROLL
-        for (int i = 0; i < size(facc); i += 2)
-          *reinterpret_cast<float2*>(base + ((i >> 1) & 1) * 8 * kDefLd + 8 * (i >> 2)) = make_float2(facc(i), facc(i + 1));
+        if (!p.residual) {
+          // bias, GELU and the rounding here (the inline epilogue's arithmetic,
+          // so the same bits); bf16 pairs at compile-time offsets
+          uint32_t* base16 = reinterpret_cast<uint32_t*>(&smem.tile[0][0]) + r_lo * (kDefLd16 / 2) + c0 / 2;
+          CUTE_UNROLL
+          for (int i = 0; i < size(facc); i += 2) {
+            const int n = n0 + c0 + 8 * (i >> 2);
+            float y0 = facc(i), y1 = facc(i + 1);
+            if (p.bias && n < p.N) {  // N % 8 == 0: n + 1 < N too
+              const float2 b = __ldg(reinterpret_cast<const float2*>(p.bias + n));
+              y0 += b.x;
+              y1 += b.y;
+            }
+            if (p.gelu) {
+              y0 = gelu_tanh(y0);
+              y1 = gelu_tanh(y1);
+            }
+            const __nv_bfloat162 o = __floats2bfloat162_rn(y0, y1);
+            base16[((i >> 1) & 1) * 8 * (kDefLd16 / 2) + 4 * (i >> 2)] =
+                uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
+          }
+        } else {
+          // one base address, compile-time offsets (the fragment layout above)
+          float* base = &smem.tile[r_lo][c0];
+          CUTE_UNROLL
+          for (int i = 0; i < size(facc); i += 2)
+            *reinterpret_cast<float2*>(base + ((i >> 1) & 1) * 8 * kDefLd + 8 * (i >> 2)) =
+                make_float2(facc(i), facc(i + 1));
+        }
         asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
         continue;
       } else {
@@ -646,7 +691,7 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
   if (int8_gemm_cuda_supported(op, args.a_scale, args.w_scale) != Status::Ok) return Status::Unsupported;
   // TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred (read per call: A/B and tests)
   const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
-  const bool deferred = e ? std::strcmp(e, "deferred") == 0 : op.K >= kDeferredEpilogueMinK;
+  const bool deferred = e ? std::strcmp(e, "deferred") == 0 : deferred_epilogue_by_default(op);
   return deferred ? launch<true>(args, stream) : launch<false>(args, stream);
 }
 
