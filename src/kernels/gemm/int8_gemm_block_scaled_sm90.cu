@@ -127,7 +127,7 @@ struct TileConfig {
 using Cfg = TileConfig<3, 4>;
 static_assert(sizeof(Cfg::StorageScalesEpi) <= 232448, "over the sm_90 shared-memory limit");
 
-// The deferred epilogue (BlockEpilogue::Deferred): 3 stages beside a full
+// The deferred epilogue: 3 stages beside a full
 // fp32 tile (192 x 128, rows padded to 132 floats: the consumers' float2
 // stores take 2 wavefronts, the epilogue warps' 16-byte row reads 4).
 constexpr int kDefLd = 132;
@@ -211,9 +211,11 @@ __device__ __forceinline__ void cp_async_f32(float* smem_dst, const float* src, 
 
 // The epilogue of 8 columns [n, n + 8) of row m from fp32 values y (bias,
 // GELU, gated residual, one rounding to bf16, a 16-byte store), or 4
-// columns with a 8-byte store (kCols = 4).
+// columns with a 8-byte store (kCols = 4). The residual's bf16 pairs are
+// loaded here, or given (rw_loaded: the deferred epilogue loads them ahead).
 template <int kCols>
-__device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int n, float (&y)[kCols]) {
+__device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int n, float (&y)[kCols],
+                                              const uint32_t* rw_loaded = nullptr) {
   static_assert(kCols == 4 || kCols == 8, "4 or 8 columns");
   if (p.bias) {
     CUTE_UNROLL
@@ -228,7 +230,10 @@ __device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int 
   }
   if (p.residual) {
     uint32_t rw[kCols / 2];
-    if constexpr (kCols == 8) {
+    if (rw_loaded) {
+      CUTE_UNROLL
+      for (int j = 0; j < kCols / 2; ++j) rw[j] = rw_loaded[j];
+    } else if constexpr (kCols == 8) {
       const uint4 rv = *reinterpret_cast<const uint4*>(p.residual + int64_t(m) * p.ld_residual + n);
       rw[0] = rv.x, rw[1] = rv.y, rw[2] = rv.z, rw[3] = rv.w;
     } else {
@@ -263,39 +268,6 @@ __device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int 
     *reinterpret_cast<uint4*>(p.out + int64_t(m) * p.ldo + n) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
   else
     *reinterpret_cast<uint2*>(p.out + int64_t(m) * p.ldo + n) = make_uint2(ow[0], ow[1]);
-}
-
-// epilogue_cols<4> with the residual's 4 bf16 already loaded (rv; unused
-// without a residual): the same arithmetic.
-__device__ __forceinline__ void epilogue_cols4_loaded(const KernelParams& p, int m, int n, float (&y)[4], uint2 rv) {
-  if (p.bias) {
-    const float4 b = __ldg(reinterpret_cast<const float4*>(p.bias + n));
-    y[0] += b.x, y[1] += b.y, y[2] += b.z, y[3] += b.w;
-  }
-  if (p.gelu) {
-    CUTE_UNROLL
-    for (int j = 0; j < 4; ++j) y[j] = gelu_tanh(y[j]);
-  }
-  if (p.residual) {
-    const uint32_t rw[2] = {rv.x, rv.y};
-    float g[4] = {1.f, 1.f, 1.f, 1.f};
-    if (p.gate) {
-      const float4 g4 = __ldg(reinterpret_cast<const float4*>(p.gate + int64_t(m / p.rows_per_batch) * p.ld_gate + n));
-      g[0] = g4.x, g[1] = g4.y, g[2] = g4.z, g[3] = g4.w;
-    }
-    CUTE_UNROLL
-    for (int j = 0; j < 2; ++j) {
-      y[2 * j] = __uint_as_float(rw[j] << 16) + g[2 * j] * y[2 * j];
-      y[2 * j + 1] = __uint_as_float(rw[j] & 0xffff0000u) + g[2 * j + 1] * y[2 * j + 1];
-    }
-  }
-  uint32_t ow[2];
-  CUTE_UNROLL
-  for (int j = 0; j < 2; ++j) {
-    const __nv_bfloat162 o = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-    ow[j] = uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
-  }
-  *reinterpret_cast<uint2*>(p.out + int64_t(m) * p.ldo + n) = make_uint2(ow[0], ow[1]);
 }
 
 // The kernel (configuration Cfg, or CfgD with the deferred epilogue; the
@@ -448,7 +420,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               CUTE_UNROLL
               for (int k = 0; k < kDefRows; ++k) {
                 const int r = r0 + 2 * k;
-                if (r < rows) epilogue_cols4_loaded(p, m0 + r, n, y[k], rv[k]);
+                const uint32_t rw[2] = {rv[k].x, rv[k].y};
+                if (r < rows) epilogue_cols<4>(p, m0 + r, n, y[k], rw);
               }
             }
           }
