@@ -543,6 +543,37 @@ TEST(GemmGpuBlockScaled, DeferredEpilogueEqualsTheInlineOneBitForBit) {
   unsetenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
 }
 
+// The deferred epilogue without a residual stores each staged bf16 tile by
+// TMA (two 128-byte-swizzled 64-column halves, rows >= M and columns >= N
+// clipped by the tensor map); TURBODIFF_GEMM_SM90_BLOCK_STORE=copy has the
+// epilogue warps copy it instead. Both must write the same bits, leave every
+// guard (row M, columns [N, ldo)) poisoned and write every output: ragged M
+// and N (a last tile of 8 columns, whose second half is never stored), one
+// and many tiles per CTA, both scale schemes, every epilogue without a
+// residual.
+TEST(GemmGpuBlockScaled, TmaStoreEqualsTheCopyBitForBit) {
+  TD_REQUIRE_GPU();
+  if (gpu_cc() != 90 || !kBuiltSm90) GTEST_SKIP() << "the sm90 kernels need a cc 9.0 GPU and a build with 90a";
+  cuda::Stream stream(0);
+  setenv("TURBODIFF_GEMM_SM90_BLOCK_EPI", "deferred", 1);
+  for (const auto& [M, N, K] : kAbShapes)
+    for (const Scheme scheme : {Scheme::Token128, Scheme::Block128})
+      for (const EpilogueCase e : {EpilogueCase{}, EpilogueCase{.bias = true}, EpilogueCase{.bias = true, .gelu = true},
+                                   EpilogueCase{.gelu = true}}) {
+        SCOPED_TRACE(testing::Message() << scheme_name(scheme) << " M=" << M << " N=" << N << " K=" << K << " "
+                                        << e.str());
+        const Problem p(scheme, M, N, K, e);
+        const char* knob = "TURBODIFF_GEMM_SM90_BLOCK_STORE";
+        const std::vector<uint16_t> tma = run_with_env(Kernel::BlockScaledSm90, p, knob, "tma", stream);
+        const std::vector<uint16_t> copied = run_with_env(Kernel::BlockScaledSm90, p, knob, "copy", stream);
+        expect_same_outputs(p, tma, copied, "TMA-stored and copied tiles");
+      }
+  // and the TMA store against the reference (bias + GELU, K of Wan 1.3B)
+  check_kernel(Kernel::BlockScaledSm90, Problem(Scheme::Token128, 2049, 1544, 1536,
+                                                EpilogueCase{.bias = true, .gelu = true}));
+  unsetenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
+}
+
 // Shapes and pointers the kernels must refuse (so the ops layer falls back).
 TEST(GemmGpuLarge, UnsupportedShapesAreRefused) {
   TD_REQUIRE_GPU();

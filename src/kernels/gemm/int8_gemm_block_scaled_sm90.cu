@@ -26,13 +26,14 @@
 //       residual in fp32, 16-byte coalesced output stores and residual
 //       loads, while the tensor cores wait;
 //     deferred (every other call, session 17): the consumers add the bias,
-//       apply GELU, round to bf16 and store the tile in shared memory (192 x
-//       136 bf16; 3 stages instead of 4), then go on to the next tile, while
-//       warps 2-3 of the producer warpgroup (idle before) copy it out, a row
-//       per warp and 6 rows' loads at a time; named barriers "staged" /
-//       "drained" between them, setmaxnreg 80 / 144. (Forced on a residual
-//       call it stages fp32 and the epilogue warps do the residual: correct,
-//       slower.)
+//       apply GELU, round to bf16 and store the tile in shared memory (two
+//       128-byte-swizzled halves of 192 x 64 bf16; 3 stages instead of 4),
+//       then go on to the next tile, while warp 2 of the producer warpgroup
+//       (idle before) stores it by TMA (session 18; before, warps 2-3 copied
+//       it out row by row: TURBODIFF_GEMM_SM90_BLOCK_STORE=copy); named
+//       barriers "staged" / "drained" between them, setmaxnreg 80 / 144.
+//       (Forced on a residual call it stages fp32 and warps 2-3 do the
+//       residual: correct, slower.)
 //     TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred forces either.
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
@@ -137,8 +138,20 @@ constexpr int kDefLd = 132;
 constexpr int kDefLd16 = 136;
 using CfgD = TileConfig<3, 3>;
 struct StorageDeferred : CfgD::StorageScales {
-  alignas(16) float tile[CfgD::kBM][kDefLd];
+  alignas(1024) float tile[CfgD::kBM][kDefLd];  // 1 KB aligned: the TMA store's 128-byte swizzle
 };
+// The TMA store of a staged bf16 tile (calls without a residual, unless
+// TURBODIFF_GEMM_SM90_BLOCK_STORE=copy): the tile as two 64-column halves of
+// 192 rows x 128 bytes with the 128-byte swizzle (the 16-byte chunk c of row
+// r at chunk c ^ (r % 8): the consumers' 4-byte stores of a row group hit 32
+// different banks), one TMA box per half, so the epilogue warps issue two
+// instructions per tile instead of copying it.
+using SmemLayoutD = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<cutlass::bfloat16_t>{},
+                                           make_shape(Int<CfgD::kBM>{}, Int<64>{}, Int<2>{})));
+using TmaD = decltype(make_tma_copy(SM90_TMA_STORE{},
+                                    make_tensor(make_gmem_ptr(static_cast<cutlass::bfloat16_t*>(nullptr)), GmemLayout{}),
+                                    SmemLayoutD{}(_, _, 0)));
+static_assert(cosize_v<SmemLayoutD> * 2 <= CfgD::kBM * kDefLd * 4, "the swizzled bf16 staging fits the fp32 one");
 static_assert(sizeof(StorageDeferred) <= 232448, "over the sm_90 shared-memory limit");
 static_assert(CfgD::kBM * kDefLd16 * 2 <= CfgD::kBM * kDefLd * 4, "the bf16 staging fits the fp32 one");
 // Named barriers between the consumers (384 threads) and the two epilogue
@@ -155,6 +168,9 @@ static_assert(CfgD::kBM * kDefLd16 * 2 <= CfgD::kBM * kDefLd * 4, "the bf16 stag
 // -> 3038-3041 ms); with bf16 staging 1.3B ffn1 / ffn2 / qkv 1.115 / 1.019 /
 // 0.204 -> 1.089 / 0.962 / 0.201 ms (GEMM alone), the 1.3B forward 179.4-179.7
 // -> 178.0-179.0 ms and the 14B forward 3117 -> 3073 ms (deferred from K = 4096).
+// The TMA store of the staged tile (session 18), copy -> TMA, same binary:
+// 1.3B ffn1 / qkv 1.085-1.113 / 0.204 -> 0.982-1.042 / 0.185-0.186 ms, ffn2
+// and the 14B shapes unchanged; the 1.3B forward 177.5-178.0 -> 172.5-173.3 ms.
 inline bool deferred_epilogue_by_default(const Int8GemmOperands& op) { return op.epilogue.residual == nullptr; }
 // setmaxnreg budgets: 128 x (producer + 3 consumers) <= 65536 registers
 // (inline: 32 + 3 x 160 = 512; deferred: 80 + 3 x 144 = 512)
@@ -180,6 +196,7 @@ struct KernelParams {
   int64_t ld_gate;
   int rows_per_batch;
   int gelu;
+  int tma_store;  // deferred, no residual: the staged tile leaves by TMA (else the epilogue warps copy it)
 };
 
 __device__ __forceinline__ float gelu_tanh(float x) {
@@ -279,7 +296,8 @@ template <bool kDeferred>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p,
                                        const __grid_constant__ typename CfgOf<kDeferred>::TmaA tma_a,
-                                       const __grid_constant__ typename CfgOf<kDeferred>::TmaB tma_b) {
+                                       const __grid_constant__ typename CfgOf<kDeferred>::TmaB tma_b,
+                                       const __grid_constant__ TmaD tma_d) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = CfgOf<kDeferred>;
   constexpr int kBM = C::kBM, kStages = C::kStages;
@@ -382,7 +400,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // The epilogue warps: each tile the consumers stage in shared memory,
         // a row per warp at a time (a lane's 4 columns: 16-byte reads, one
         // 8-byte store), while the consumers run the next tile's mainloop.
+        // With tma_store, lane 0 of warp 2 stores the two swizzled halves by
+        // TMA (rows >= M and columns >= N clipped by the tensor map) and
+        // waits until the TMA has read them before the tile counts as drained.
         const int ew = warp - 2;  // 0, 1
+        Tensor mD = tma_d.get_tma_tensor(make_shape(p.M, p.N));
+        Tensor gD = local_tile(mD, make_shape(Int<kBM>{}, Int<64>{}), make_coord(_, _));  // (BM, 64, m, n / 64)
+        Tensor sD = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::bfloat16_t*>(&smem.tile[0][0])), SmemLayoutD{});
+        auto [tDgD, tDsD] = tma_partition(tma_d, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sD), group_modes<0, 2>(gD));
         for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
           int tile_m, tile_n;
           tile_coords(p, tile, tile_m, tile_n);
@@ -390,7 +415,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int n = n0 + 4 * lane;
           asm volatile("bar.sync %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
           const int rows = min(kBM, p.M - m0);
-          if (n < p.N && !p.residual) {
+          if (p.tma_store && !p.residual) {
+            if (ew == 0 && lane == 0) {
+              copy(tma_d, tDsD(_, 0), tDgD(_, tile_m, 2 * tile_n));
+              if (n0 + 64 < p.N) copy(tma_d, tDsD(_, 1), tDgD(_, tile_m, 2 * tile_n + 1));
+              tma_store_arrive();
+              tma_store_wait<0>();  // the shared-memory reads done: the consumers may stage the next tile
+            }
+            __syncwarp();
+          } else if (n < p.N && !p.residual) {
             // bf16 staged: a copy, 8 bytes per lane and row, kDefRows rows' loads first
             const uint16_t* t16 = reinterpret_cast<const uint16_t*>(&smem.tile[0][0]);
             for (int r0 = ew; r0 < rows; r0 += 2 * kDefRows) {
@@ -427,6 +460,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
           asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
         }
+        // the stores complete (global writes, not only the reads) before the CTA exits
+        if (ew == 0 && lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
       }
     }
   } else {
@@ -500,7 +535,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // tile; the epilogue warps finish this one under its mainloop.
         if (tile != int(blockIdx.x))
           asm volatile("bar.sync %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
-        if (!p.residual) {
+        if (!p.residual && p.tma_store) {
+          // bias, GELU and the rounding as below; the pairs into the swizzled
+          // halves: row r's 16-byte chunk j at j ^ (r % 8), where r % 8 is
+          // this thread's lane / 4 for both of its rows
+          uint8_t* base8 = reinterpret_cast<uint8_t*>(&smem.tile[0][0]) + r_lo * 128 + 2 * c0;
+          const int sw = r_lo & 7;
+          CUTE_UNROLL
+          for (int i = 0; i < size(facc); i += 2) {
+            const int j = i >> 2;  // 8-column group 0..15: half j / 8, chunk j % 8
+            const int n = n0 + c0 + 8 * j;
+            float y0 = facc(i), y1 = facc(i + 1);
+            if (p.bias && n < p.N) {
+              const float2 b = __ldg(reinterpret_cast<const float2*>(p.bias + n));
+              y0 += b.x;
+              y1 += b.y;
+            }
+            if (p.gelu) {
+              y0 = gelu_tanh(y0);
+              y1 = gelu_tanh(y1);
+            }
+            const __nv_bfloat162 o = __floats2bfloat162_rn(y0, y1);
+            *reinterpret_cast<uint32_t*>(base8 + (j >> 3) * (kBM * 128) + ((i >> 1) & 1) * 8 * 128 +
+                                         (((j & 7) ^ sw) << 4)) =
+                uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
+          }
+          cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy) after the barrier
+        } else if (!p.residual) {
           // bias, GELU and the rounding here (the inline epilogue's arithmetic,
           // so the same bits); bf16 pairs at compile-time offsets
           uint32_t* base16 = reinterpret_cast<uint32_t*>(&smem.tile[0][0]) + r_lo * (kDefLd16 / 2) + c0 / 2;
@@ -640,6 +701,10 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
   p.ld_gate = e.ld_gate;
   p.rows_per_batch = e.gate ? int(e.rows_per_batch) : 1;
   p.gelu = e.activation == GemmActivation::GeluTanh ? 1 : 0;
+  // TURBODIFF_GEMM_SM90_BLOCK_STORE=copy: the epilogue warps copy the staged
+  // tile instead (read per call: A/B and tests)
+  const char* store_env = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_STORE");
+  p.tma_store = store_env && std::strcmp(store_env, "copy") == 0 ? 0 : 1;
 
   const GmemLayout layout_a = make_layout(make_shape(p.M, p.K), make_stride(op.lda, _1{}));
   const GmemLayout layout_b = make_layout(make_shape(p.N, p.K), make_stride(op.ldw, _1{}));
@@ -647,11 +712,15 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
       make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.a), layout_a), typename C::SmemLayoutA{}(_, _, 0));
   const typename C::TmaB tma_b =
       make_tma_copy(SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(op.w), layout_b), typename C::SmemLayoutB{}(_, _, 0));
+  const GmemLayout layout_d = make_layout(make_shape(p.M, p.N), make_stride(op.ldo, _1{}));
+  const TmaD tma_d = make_tma_copy(SM90_TMA_STORE{},
+                                   make_tensor(make_gmem_ptr(static_cast<cutlass::bfloat16_t*>(op.out)), layout_d),
+                                   SmemLayoutD{}(_, _, 0));
 
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int grid = int(tiles < sm_count ? tiles : sm_count);
   int8_gemm_block_scaled_sm90_kernel<kDeferred>
-      <<<grid, C::kThreads, size_t(kSmemBytes), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b);
+      <<<grid, C::kThreads, size_t(kSmemBytes), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b, tma_d);
   return cudaPeekAtLastError() == cudaSuccess ? Status::Ok : Status::LaunchFailed;
 }
 
