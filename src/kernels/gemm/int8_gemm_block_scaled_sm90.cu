@@ -27,14 +27,12 @@
 //       loads, while the tensor cores wait;
 //     deferred (every other call, session 17): the consumers add the bias,
 //       apply GELU, round to bf16 and store the tile in shared memory (two
-//       128-byte-swizzled halves of 192 x 64 bf16; 3 stages instead of 4),
-//       then go on to the next tile, while warp 2 of the producer warpgroup
-//       (idle before) stores it by TMA (session 18; before, warps 2-3 copied
-//       it out row by row: TURBODIFF_GEMM_SM90_BLOCK_STORE=copy); named
-//       barriers "staged" / "drained" between them, setmaxnreg 80 / 144.
-//       (Forced on a residual call it stages fp32 and warps 2-3 do the
-//       residual: correct, slower.)
-//     TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred forces either.
+//       128-byte-swizzled halves of 192 x 64 bf16, 48 KB beside 4 pipeline
+//       stages), then go on to the next tile, while warp 2 of the producer
+//       warpgroup (idle before) stores it by TMA (session 18; before, two
+//       warps copied it out row by row, beside 3 stages); named barriers
+//       "staged" / "drained" between them, setmaxnreg 40 / 152.
+//     TURBODIFF_GEMM_SM90_BLOCK_EPI=inline runs every call inline.
 // Ragged M, N and K come free: TMA fills out-of-bounds boxes with zeros and
 // the epilogue stores only rows < M, columns < N.
 //
@@ -128,56 +126,58 @@ struct TileConfig {
 using Cfg = TileConfig<3, 4>;
 static_assert(sizeof(Cfg::StorageScalesEpi) <= 232448, "over the sm_90 shared-memory limit");
 
-// The deferred epilogue: 3 stages beside a full
-// fp32 tile (192 x 128, rows padded to 132 floats: the consumers' float2
-// stores take 2 wavefronts, the epilogue warps' 16-byte row reads 4).
-constexpr int kDefLd = 132;
-// Calls without a residual stage the finished bf16 outputs instead (the
-// consumers add the bias, apply GELU and round): rows of 136 bf16 (272 bytes)
-// in the same buffer, so the epilogue warps only copy half the bytes.
-constexpr int kDefLd16 = 136;
-using CfgD = TileConfig<3, 3>;
-struct StorageDeferred : CfgD::StorageScales {
-  alignas(1024) float tile[CfgD::kBM][kDefLd];  // 1 KB aligned: the TMA store's 128-byte swizzle
+// The deferred epilogue (calls without a residual): the consumers stage each
+// finished bf16 tile (bias, GELU and the rounding done) as two 64-column
+// halves of 192 rows x 128 bytes with the 128-byte swizzle (the 16-byte chunk
+// c of row r at chunk c ^ (r % 8): the consumers' 4-byte stores of a row
+// group hit 32 different banks), and one lane of producer warp 2 stores each
+// half by TMA (rows >= M and columns >= N clipped by the tensor map). The 48
+// KB of staging leave room for kDefStages pipeline stages.
+template <int kDefStages>
+struct StorageDeferred : TileConfig<3, kDefStages>::StorageScales {
+  alignas(1024) uint8_t tile[2 * 192 * 128];  // 1 KB aligned: the 128-byte swizzle's atoms
 };
-// The TMA store of a staged bf16 tile (calls without a residual, unless
-// TURBODIFF_GEMM_SM90_BLOCK_STORE=copy): the tile as two 64-column halves of
-// 192 rows x 128 bytes with the 128-byte swizzle (the 16-byte chunk c of row
-// r at chunk c ^ (r % 8): the consumers' 4-byte stores of a row group hit 32
-// different banks), one TMA box per half, so the epilogue warps issue two
-// instructions per tile instead of copying it.
 using SmemLayoutD = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<cutlass::bfloat16_t>{},
-                                           make_shape(Int<CfgD::kBM>{}, Int<64>{}, Int<2>{})));
+                                           make_shape(Int<192>{}, Int<64>{}, Int<2>{})));
 using TmaD = decltype(make_tma_copy(SM90_TMA_STORE{},
                                     make_tensor(make_gmem_ptr(static_cast<cutlass::bfloat16_t*>(nullptr)), GmemLayout{}),
                                     SmemLayoutD{}(_, _, 0)));
-static_assert(cosize_v<SmemLayoutD> * 2 <= CfgD::kBM * kDefLd * 4, "the swizzled bf16 staging fits the fp32 one");
-static_assert(sizeof(StorageDeferred) <= 232448, "over the sm_90 shared-memory limit");
-static_assert(CfgD::kBM * kDefLd16 * 2 <= CfgD::kBM * kDefLd * 4, "the bf16 staging fits the fp32 one");
-// Named barriers between the consumers (384 threads) and the two epilogue
-// warps (64) of the deferred epilogue: the tile is in shared memory / the
-// epilogue warps have read it.
-// Which epilogue runs unless TURBODIFF_GEMM_SM90_BLOCK_EPI says otherwise:
-// the deferred one for calls without a residual (bf16 staging: the epilogue
-// warps only copy), the inline one for the gated residual (fp32 staging, its
-// loads in the epilogue warps: slower at every measured shape). Measured on
-// the H200 (2026-12-01, session 17), inline -> deferred: with fp32 staging for
-// every call the deferred epilogue lost at K = 1536 (1.3B forward 182-183 ->
-// 215 ms: two warps reading 96 KB of staged fp32 per tile beside the
-// consumers' wgmmas fell behind) and won from K = 4096 (14B forward 3104-3112
-// -> 3038-3041 ms); with bf16 staging 1.3B ffn1 / ffn2 / qkv 1.115 / 1.019 /
-// 0.204 -> 1.089 / 0.962 / 0.201 ms (GEMM alone), the 1.3B forward 179.4-179.7
-// -> 178.0-179.0 ms and the 14B forward 3117 -> 3073 ms (deferred from K = 4096).
-// The TMA store of the staged tile (session 18), copy -> TMA, same binary:
-// 1.3B ffn1 / qkv 1.085-1.113 / 0.204 -> 0.982-1.042 / 0.185-0.186 ms, ffn2
-// and the 14B shapes unchanged; the 1.3B forward 177.5-178.0 -> 172.5-173.3 ms.
-inline bool deferred_epilogue_by_default(const Int8GemmOperands& op) { return op.epilogue.residual == nullptr; }
+constexpr int kDeferredStages = 4;  // (measured against 3 below)
+static_assert(cosize_v<SmemLayoutD> * 2 == sizeof(StorageDeferred<kDeferredStages>::tile), "the staging holds the swizzled tile");
+static_assert(sizeof(StorageDeferred<kDeferredStages>) <= 232448, "over the sm_90 shared-memory limit");
+// Which epilogue runs: the deferred one for calls without a residual (unless
+// TURBODIFF_GEMM_SM90_BLOCK_EPI=inline), the inline one for the gated
+// residual. Measured on the H200 (2026-12-01, session 17), inline ->
+// deferred: with fp32 staging and two warps doing the epilogue from it, the
+// deferred epilogue lost at K = 1536 (1.3B forward 182-183 -> 215 ms: the two
+// warps reading 96 KB of staged fp32 per tile beside the consumers' wgmmas
+// fell behind) and won from K = 4096 (14B forward 3104-3112 -> 3038-3041 ms),
+// and the gated residual stayed slower deferred at every measured shape; with
+// bf16 staging copied by the two warps 1.3B ffn1 / ffn2 / qkv 1.115 / 1.019 /
+// 0.204 -> 1.089 / 0.962 / 0.201 ms (GEMM alone). Session 18: the TMA store
+// instead of the copy (1.3B ffn1 / qkv 1.085-1.113 / 0.204 -> 0.982-1.042 /
+// 0.185-0.186 ms, ffn2 and the 14B shapes unchanged; the 1.3B forward
+// 177.5-178.0 -> 172.5-173.3 ms, same binary). With only the bf16 staging
+// in shared memory the deferred kernel has 4 stages instead of 3: measured
+// side by side (same binary, two runs each), 1.3B ffn1 / ffn2 / qkv
+// 1.034-0.942 / 0.875-0.914 / 0.178-0.180 ms against 1.025-0.951 /
+// 1.042-0.930 / 0.179, the 1.3B forward 171.5-171.6 against 170.7-171.9 ms:
+// the same (the loads are not what the mainloop waits for); 4 kept
+// (kDeferredStages).
+inline bool deferred_epilogue(const Int8GemmOperands& op) {
+  if (op.epilogue.residual) return false;
+  const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");  // read per call: A/B and tests
+  return !(e && std::strcmp(e, "inline") == 0);
+}
 // setmaxnreg budgets: 128 x (producer + 3 consumers) <= 65536 registers
-// (inline: 32 + 3 x 160 = 512; deferred: 80 + 3 x 144 = 512)
+// (inline: 32 + 3 x 160 = 512; deferred: 40 + 3 x 152 = 496, the producer
+// group's warp 2 only issuing TMA stores)
 constexpr int kProducerRegs = 32, kConsumerRegs = 160;
-constexpr int kDefProducerRegs = 80, kDefConsumerRegs = 144;
-constexpr int kDefRows = 6;  // rows per epilogue-warp step (loads in flight)
-constexpr int kBarStaged = 4, kBarDrained = 5, kDefBarThreads = 3 * 128 + 64;
+constexpr int kDefProducerRegs = 40, kDefConsumerRegs = 152;
+// Named barriers between the consumers (384 threads) and the epilogue warp
+// (32) of the deferred epilogue: the tile is in shared memory / the TMA has
+// read it.
+constexpr int kBarStaged = 4, kBarDrained = 5, kDefBarThreads = 3 * 128 + 32;
 
 struct KernelParams {
   int M, N, K;
@@ -196,7 +196,6 @@ struct KernelParams {
   int64_t ld_gate;
   int rows_per_batch;
   int gelu;
-  int tma_store;  // deferred, no residual: the staged tile leaves by TMA (else the epilogue warps copy it)
 };
 
 __device__ __forceinline__ float gelu_tanh(float x) {
@@ -226,82 +225,67 @@ __device__ __forceinline__ void cp_async_f32(float* smem_dst, const float* src, 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
 
-// The epilogue of 8 columns [n, n + 8) of row m from fp32 values y (bias,
-// GELU, gated residual, one rounding to bf16, a 16-byte store), or 4
-// columns with a 8-byte store (kCols = 4). The residual's bf16 pairs are
-// loaded here, or given (rw_loaded: the deferred epilogue loads them ahead).
-template <int kCols>
-__device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int n, float (&y)[kCols],
-                                              const uint32_t* rw_loaded = nullptr) {
-  static_assert(kCols == 4 || kCols == 8, "4 or 8 columns");
+// The inline epilogue of 8 columns [n, n + 8) of row m from fp32 values y
+// (bias, GELU, gated residual, one rounding to bf16, a 16-byte store).
+__device__ __forceinline__ void epilogue_cols(const KernelParams& p, int m, int n, float (&y)[8]) {
   if (p.bias) {
     CUTE_UNROLL
-    for (int j = 0; j < kCols; j += 4) {
+    for (int j = 0; j < 8; j += 4) {
       const float4 b = __ldg(reinterpret_cast<const float4*>(p.bias + n + j));
       y[j] += b.x, y[j + 1] += b.y, y[j + 2] += b.z, y[j + 3] += b.w;
     }
   }
   if (p.gelu) {
     CUTE_UNROLL
-    for (int j = 0; j < kCols; ++j) y[j] = gelu_tanh(y[j]);
+    for (int j = 0; j < 8; ++j) y[j] = gelu_tanh(y[j]);
   }
   if (p.residual) {
-    uint32_t rw[kCols / 2];
-    if (rw_loaded) {
-      CUTE_UNROLL
-      for (int j = 0; j < kCols / 2; ++j) rw[j] = rw_loaded[j];
-    } else if constexpr (kCols == 8) {
-      const uint4 rv = *reinterpret_cast<const uint4*>(p.residual + int64_t(m) * p.ld_residual + n);
-      rw[0] = rv.x, rw[1] = rv.y, rw[2] = rv.z, rw[3] = rv.w;
-    } else {
-      const uint2 rv = *reinterpret_cast<const uint2*>(p.residual + int64_t(m) * p.ld_residual + n);
-      rw[0] = rv.x, rw[1] = rv.y;
-    }
-    float g[kCols];
+    const uint4 rv = *reinterpret_cast<const uint4*>(p.residual + int64_t(m) * p.ld_residual + n);
+    const uint32_t rw[4] = {rv.x, rv.y, rv.z, rv.w};
+    float g[8];
     CUTE_UNROLL
-    for (int j = 0; j < kCols; ++j) g[j] = 1.f;
+    for (int j = 0; j < 8; ++j) g[j] = 1.f;
     if (p.gate) {
       const float* gp = p.gate + int64_t(m / p.rows_per_batch) * p.ld_gate + n;
       CUTE_UNROLL
-      for (int j = 0; j < kCols; j += 4) {
+      for (int j = 0; j < 8; j += 4) {
         const float4 g4 = __ldg(reinterpret_cast<const float4*>(gp + j));
         g[j] = g4.x, g[j + 1] = g4.y, g[j + 2] = g4.z, g[j + 3] = g4.w;
       }
     }
     CUTE_UNROLL
-    for (int j = 0; j < kCols / 2; ++j) {
+    for (int j = 0; j < 4; ++j) {
       // bf16 -> fp32 is exact: the bits in the upper half
       y[2 * j] = __uint_as_float(rw[j] << 16) + g[2 * j] * y[2 * j];
       y[2 * j + 1] = __uint_as_float(rw[j] & 0xffff0000u) + g[2 * j + 1] * y[2 * j + 1];
     }
   }
-  uint32_t ow[kCols / 2];
+  uint32_t ow[4];
   CUTE_UNROLL
-  for (int j = 0; j < kCols / 2; ++j) {
+  for (int j = 0; j < 4; ++j) {
     const __nv_bfloat162 o = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
     ow[j] = uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
   }
-  if constexpr (kCols == 8)
-    *reinterpret_cast<uint4*>(p.out + int64_t(m) * p.ldo + n) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
-  else
-    *reinterpret_cast<uint2*>(p.out + int64_t(m) * p.ldo + n) = make_uint2(ow[0], ow[1]);
+  *reinterpret_cast<uint4*>(p.out + int64_t(m) * p.ldo + n) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
 }
 
-// The kernel (configuration Cfg, or CfgD with the deferred epilogue; the
-// file header describes it).
-template <bool kDeferred>
-using CfgOf = std::conditional_t<kDeferred, CfgD, Cfg>;
+// The kernel: kDefStages = 0, the inline epilogue (configuration Cfg);
+// otherwise the deferred one with kDefStages pipeline stages (the file header
+// describes both).
+template <int kDefStages>
+using CfgOf = std::conditional_t<kDefStages == 0, Cfg, TileConfig<3, (kDefStages > 0 ? kDefStages : 1)>>;
 
-template <bool kDeferred>
+template <int kDefStages>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int8_gemm_block_scaled_sm90_kernel(const __grid_constant__ KernelParams p,
-                                       const __grid_constant__ typename CfgOf<kDeferred>::TmaA tma_a,
-                                       const __grid_constant__ typename CfgOf<kDeferred>::TmaB tma_b,
+                                       const __grid_constant__ typename CfgOf<kDefStages>::TmaA tma_a,
+                                       const __grid_constant__ typename CfgOf<kDefStages>::TmaB tma_b,
                                        const __grid_constant__ TmaD tma_d) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = CfgOf<kDeferred>;
+  constexpr bool kDeferred = kDefStages > 0;
+  using C = CfgOf<kDefStages>;
   constexpr int kBM = C::kBM, kStages = C::kStages;
-  using Storage = std::conditional_t<kDeferred, StorageDeferred, Cfg::StorageScalesEpi>;
+  using Storage = std::conditional_t<kDeferred, StorageDeferred<kDefStages>, Cfg::StorageScalesEpi>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
@@ -396,72 +380,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       cute::cp_async_wait<0>();
     }
     if constexpr (kDeferred) {
-      if (warp >= 2) {
-        // The epilogue warps: each tile the consumers stage in shared memory,
-        // a row per warp at a time (a lane's 4 columns: 16-byte reads, one
-        // 8-byte store), while the consumers run the next tile's mainloop.
-        // With tma_store, lane 0 of warp 2 stores the two swizzled halves by
-        // TMA (rows >= M and columns >= N clipped by the tensor map) and
-        // waits until the TMA has read them before the tile counts as drained.
-        const int ew = warp - 2;  // 0, 1
+      if (warp == 2) {
+        // The epilogue warp: each tile the consumers stage, lane 0 stores
+        // its two halves by TMA (a half past N is skipped) and waits until
+        // the TMA has read them before the tile counts as drained.
         Tensor mD = tma_d.get_tma_tensor(make_shape(p.M, p.N));
         Tensor gD = local_tile(mD, make_shape(Int<kBM>{}, Int<64>{}), make_coord(_, _));  // (BM, 64, m, n / 64)
-        Tensor sD = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::bfloat16_t*>(&smem.tile[0][0])), SmemLayoutD{});
+        Tensor sD = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::bfloat16_t*>(smem.tile)), SmemLayoutD{});
         auto [tDgD, tDsD] = tma_partition(tma_d, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sD), group_modes<0, 2>(gD));
         for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
           int tile_m, tile_n;
           tile_coords(p, tile, tile_m, tile_n);
-          const int m0 = tile_m * kBM, n0 = tile_n * kBN;
-          const int n = n0 + 4 * lane;
           asm volatile("bar.sync %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
-          const int rows = min(kBM, p.M - m0);
-          if (p.tma_store && !p.residual) {
-            if (ew == 0 && lane == 0) {
-              copy(tma_d, tDsD(_, 0), tDgD(_, tile_m, 2 * tile_n));
-              if (n0 + 64 < p.N) copy(tma_d, tDsD(_, 1), tDgD(_, tile_m, 2 * tile_n + 1));
-              tma_store_arrive();
-              tma_store_wait<0>();  // the shared-memory reads done: the consumers may stage the next tile
-            }
-            __syncwarp();
-          } else if (n < p.N && !p.residual) {
-            // bf16 staged: a copy, 8 bytes per lane and row, kDefRows rows' loads first
-            const uint16_t* t16 = reinterpret_cast<const uint16_t*>(&smem.tile[0][0]);
-            for (int r0 = ew; r0 < rows; r0 += 2 * kDefRows) {
-              uint2 v[kDefRows];
-              CUTE_UNROLL
-              for (int k = 0; k < kDefRows; ++k)
-                v[k] = *reinterpret_cast<const uint2*>(t16 + min(r0 + 2 * k, rows - 1) * kDefLd16 + 4 * lane);
-              CUTE_UNROLL
-              for (int k = 0; k < kDefRows; ++k)
-                if (r0 + 2 * k < rows) *reinterpret_cast<uint2*>(p.out + int64_t(m0 + r0 + 2 * k) * p.ldo + n) = v[k];
-            }
-          } else if (n < p.N) {  // N % 8 == 0: the 4 columns are all in or all out
-            // kDefRows rows at a time (this warp's rows r, r + 2, ...): every
-            // load of the group issued before the first is used, so two warps
-            // keep enough loads in flight
-            for (int r0 = ew; r0 < rows; r0 += 2 * kDefRows) {
-              float y[kDefRows][4];
-              uint2 rv[kDefRows];
-              CUTE_UNROLL
-              for (int k = 0; k < kDefRows; ++k) {
-                const int r = min(r0 + 2 * k, rows - 1);  // rows past the end: computed again, not stored
-                const float4 v = *reinterpret_cast<const float4*>(&smem.tile[r][4 * lane]);
-                y[k][0] = v.x, y[k][1] = v.y, y[k][2] = v.z, y[k][3] = v.w;
-                if (p.residual)
-                  rv[k] = *reinterpret_cast<const uint2*>(p.residual + int64_t(m0 + r) * p.ld_residual + n);
-              }
-              CUTE_UNROLL
-              for (int k = 0; k < kDefRows; ++k) {
-                const int r = r0 + 2 * k;
-                const uint32_t rw[2] = {rv[k].x, rv[k].y};
-                if (r < rows) epilogue_cols<4>(p, m0 + r, n, y[k], rw);
-              }
-            }
+          if (lane == 0) {
+            copy(tma_d, tDsD(_, 0), tDgD(_, tile_m, 2 * tile_n));
+            if (tile_n * kBN + 64 < p.N) copy(tma_d, tDsD(_, 1), tDgD(_, tile_m, 2 * tile_n + 1));
+            tma_store_arrive();
+            tma_store_wait<0>();  // read: the consumers may stage the next tile
           }
+          __syncwarp();
           asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
         }
-        // the stores complete (global writes, not only the reads) before the CTA exits
-        if (ew == 0 && lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+        // the stores complete (the global writes, not only the reads) before the CTA exits
+        if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
       }
     }
   } else {
@@ -530,23 +471,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 
       if constexpr (kDeferred) {
-        // ---- deferred epilogue: the fp32 tile to shared memory (once the
-        // epilogue warps have read the previous one), then on to the next
-        // tile; the epilogue warps finish this one under its mainloop.
+        // ---- deferred epilogue: the finished bf16 tile to shared memory
+        // (once the TMA has read the previous one), then on to the next
+        // tile; the epilogue warp stores this one under its mainloop.
         if (tile != int(blockIdx.x))
           asm volatile("bar.sync %0, %1;\n" ::"r"(kBarDrained), "r"(kDefBarThreads) : "memory");
-        if (!p.residual && p.tma_store) {
-          // bias, GELU and the rounding as below; the pairs into the swizzled
-          // halves: row r's 16-byte chunk j at j ^ (r % 8), where r % 8 is
-          // this thread's lane / 4 for both of its rows
-          uint8_t* base8 = reinterpret_cast<uint8_t*>(&smem.tile[0][0]) + r_lo * 128 + 2 * c0;
+        {
+          // bias, GELU and the rounding (the inline epilogue's arithmetic, so
+          // the same bits); the pairs into the swizzled halves: row r's
+          // 16-byte chunk j at j ^ (r % 8), where r % 8 is this thread's
+          // lane / 4 for both of its rows
+          uint8_t* base8 = smem.tile + r_lo * 128 + 2 * c0;
           const int sw = r_lo & 7;
           CUTE_UNROLL
           for (int i = 0; i < size(facc); i += 2) {
             const int j = i >> 2;  // 8-column group 0..15: half j / 8, chunk j % 8
             const int n = n0 + c0 + 8 * j;
             float y0 = facc(i), y1 = facc(i + 1);
-            if (p.bias && n < p.N) {
+            if (p.bias && n < p.N) {  // N % 8 == 0: n + 1 < N too
               const float2 b = __ldg(reinterpret_cast<const float2*>(p.bias + n));
               y0 += b.x;
               y1 += b.y;
@@ -561,34 +503,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
           }
           cutlass::arch::fence_view_async_shared();  // visible to the TMA (async proxy) after the barrier
-        } else if (!p.residual) {
-          // bias, GELU and the rounding here (the inline epilogue's arithmetic,
-          // so the same bits); bf16 pairs at compile-time offsets
-          uint32_t* base16 = reinterpret_cast<uint32_t*>(&smem.tile[0][0]) + r_lo * (kDefLd16 / 2) + c0 / 2;
-          CUTE_UNROLL
-          for (int i = 0; i < size(facc); i += 2) {
-            const int n = n0 + c0 + 8 * (i >> 2);
-            float y0 = facc(i), y1 = facc(i + 1);
-            if (p.bias && n < p.N) {  // N % 8 == 0: n + 1 < N too
-              const float2 b = __ldg(reinterpret_cast<const float2*>(p.bias + n));
-              y0 += b.x;
-              y1 += b.y;
-            }
-            if (p.gelu) {
-              y0 = gelu_tanh(y0);
-              y1 = gelu_tanh(y1);
-            }
-            const __nv_bfloat162 o = __floats2bfloat162_rn(y0, y1);
-            base16[((i >> 1) & 1) * 8 * (kDefLd16 / 2) + 4 * (i >> 2)] =
-                uint32_t(__bfloat16_as_ushort(o.x)) | (uint32_t(__bfloat16_as_ushort(o.y)) << 16);
-          }
-        } else {
-          // one base address, compile-time offsets (the fragment layout above)
-          float* base = &smem.tile[r_lo][c0];
-          CUTE_UNROLL
-          for (int i = 0; i < size(facc); i += 2)
-            *reinterpret_cast<float2*>(base + ((i >> 1) & 1) * 8 * kDefLd + 8 * (i >> 2)) =
-                make_float2(facc(i), facc(i + 1));
         }
         asm volatile("bar.arrive %0, %1;\n" ::"r"(kBarStaged), "r"(kDefBarThreads) : "memory");
         continue;
@@ -619,7 +533,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const float4 lo = *reinterpret_cast<const float4*>(&buf[r][c]);
             const float4 hi = *reinterpret_cast<const float4*>(&buf[r][c + 4]);
             float y[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            epilogue_cols<8>(p, m, n, y);
+            epilogue_cols(p, m, n, y);
           }
         }
       }
@@ -632,7 +546,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 struct DeviceFacts {
   int sm_count = 0, cc = 0;
-  bool configured[2] = {false, false};  // each kernel's shared-memory size set (inline, deferred)
+  bool configured[5] = {};  // each kernel's shared-memory size set (by kDefStages)
 };
 
 DeviceFacts* device_facts(int device) {
@@ -652,10 +566,11 @@ DeviceFacts* device_facts(int device) {
 }
 
 // Launches the kernel on checked arguments.
-template <bool kDeferred>
+template <int kDefStages>
 Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
-  using C = CfgOf<kDeferred>;
-  constexpr int kSmemBytes = int(kDeferred ? sizeof(StorageDeferred) : sizeof(Cfg::StorageScalesEpi));
+  using C = CfgOf<kDefStages>;
+  using Storage = std::conditional_t<(kDefStages > 0), StorageDeferred<kDefStages>, Cfg::StorageScalesEpi>;
+  constexpr int kSmemBytes = int(sizeof(Storage));
   const Int8GemmOperands& op = args.op;
   if (op.M > (int64_t(1) << 31) - C::kBM || op.N > (int64_t(1) << 31) - kBN ||
       op.epilogue.rows_per_batch >= (int64_t(1) << 31))
@@ -670,11 +585,11 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
     DeviceFacts* f = device_facts(device);
     if (!f) return Status::LaunchFailed;
     if (f->cc != 90) return Status::Unsupported;
-    if (!f->configured[kDeferred]) {
-      if (cudaFuncSetAttribute(int8_gemm_block_scaled_sm90_kernel<kDeferred>,
+    if (!f->configured[kDefStages]) {
+      if (cudaFuncSetAttribute(int8_gemm_block_scaled_sm90_kernel<kDefStages>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess)
         return Status::LaunchFailed;
-      f->configured[kDeferred] = true;
+      f->configured[kDefStages] = true;
     }
     sm_count = f->sm_count;
   }
@@ -701,10 +616,6 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
   p.ld_gate = e.ld_gate;
   p.rows_per_batch = e.gate ? int(e.rows_per_batch) : 1;
   p.gelu = e.activation == GemmActivation::GeluTanh ? 1 : 0;
-  // TURBODIFF_GEMM_SM90_BLOCK_STORE=copy: the epilogue warps copy the staged
-  // tile instead (read per call: A/B and tests)
-  const char* store_env = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_STORE");
-  p.tma_store = store_env && std::strcmp(store_env, "copy") == 0 ? 0 : 1;
 
   const GmemLayout layout_a = make_layout(make_shape(p.M, p.K), make_stride(op.lda, _1{}));
   const GmemLayout layout_b = make_layout(make_shape(p.N, p.K), make_stride(op.ldw, _1{}));
@@ -719,7 +630,7 @@ Status launch(const Int8GemmBlockScaledArgs& args, void* stream) {
 
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int grid = int(tiles < sm_count ? tiles : sm_count);
-  int8_gemm_block_scaled_sm90_kernel<kDeferred>
+  int8_gemm_block_scaled_sm90_kernel<kDefStages>
       <<<grid, C::kThreads, size_t(kSmemBytes), static_cast<cudaStream_t>(stream)>>>(p, tma_a, tma_b, tma_d);
   return cudaPeekAtLastError() == cudaSuccess ? Status::Ok : Status::LaunchFailed;
 }
@@ -731,10 +642,7 @@ Status int8_gemm_block_scaled_sm90(const Int8GemmBlockScaledArgs& args, void* st
   const Int8GemmOperands& op = args.op;
   if (op.M == 0 || op.N == 0) return Status::Ok;
   if (int8_gemm_cuda_supported(op, args.a_scale, args.w_scale) != Status::Ok) return Status::Unsupported;
-  // TURBODIFF_GEMM_SM90_BLOCK_EPI=inline|deferred (read per call: A/B and tests)
-  const char* e = std::getenv("TURBODIFF_GEMM_SM90_BLOCK_EPI");
-  const bool deferred = e ? std::strcmp(e, "deferred") == 0 : deferred_epilogue_by_default(op);
-  return deferred ? launch<true>(args, stream) : launch<false>(args, stream);
+  return deferred_epilogue(op) ? launch<kDeferredStages>(args, stream) : launch<0>(args, stream);
 }
 
 }  // namespace td::kernels
