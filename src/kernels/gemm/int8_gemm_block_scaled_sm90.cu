@@ -51,7 +51,13 @@
 // conversion, or their wgmma issue forced into turns (all slower).
 // (Tried and dropped: issuing the next tile's first K block before the
 // epilogue; ptxas serializes every wgmma of such a kernel, C7514, even with
-// nothing in flight across the tile loop's back-edge.)
+// nothing in flight across the tile loop's back-edge. Session 18: each K
+// block as two m64n64k32 groups, one per 64-column half, half 0 promoted
+// while half 1's wgmmas run: with half 1 still in flight across the K loop's
+// back-edge ptxas serialized every wgmma (C7514); without that, correct but
+// slower, 1.3B ffn1 1.00-1.15 against 0.94-0.96 ms, 14B ffn1 12.1 against
+// 11.3, the 1.3B forward 176.3-176.7 against 170.9-171.2 ms, same binary:
+// each wgmma then reads A again for half the columns.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
