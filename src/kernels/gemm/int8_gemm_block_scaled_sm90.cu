@@ -57,7 +57,12 @@
 // back-edge ptxas serialized every wgmma (C7514); without that, correct but
 // slower, 1.3B ffn1 1.00-1.15 against 0.94-0.96 ms, 14B ffn1 12.1 against
 // 11.3, the 1.3B forward 176.3-176.7 against 170.9-171.2 ms, same binary:
-// each wgmma then reads A again for half the columns.)
+// each wgmma then reads A again for half the columns. Also session 18: the
+// deferred kernel on two consumers (128 x 128 tiles, 5 stages) with two
+// int32 accumulator sets, K blocks in pairs and kt promoted while the wgmmas
+// of kt + 1 run (both retired inside the pair, no C7514): correct, slower,
+// 1.3B ffn1 0.95-1.14 against 0.90-0.91 ms, the 1.3B forward 177.9-178.2
+// against 169.2-169.6 ms, 14B 3105 against 2996 ms, same binary.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
