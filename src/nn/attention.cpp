@@ -34,22 +34,34 @@ std::optional<AttentionKind> parse_attention_kind(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<ops::Int8ActScheme> SelfAttention::input_act_scheme() const {
+  const std::optional<ops::Int8ActScheme> act = q.int8_act_scheme();
+  if (act && k.int8_act_scheme() == act && v.int8_act_scheme() == act) return act;
+  return std::nullopt;
+}
+
 Tensor SelfAttention::operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const {
   TD_CHECK(x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", x.desc());
-  Tensor qp, kp, vp;
-  const std::optional<ops::Int8ActScheme> act = q.int8_act_scheme();
-  if (act && k.int8_act_scheme() == act && v.int8_act_scheme() == act) {
+  if (const std::optional<ops::Int8ActScheme> act = input_act_scheme()) {
     // W8A8 q, k and v of one scheme read the same x: quantized once, not three times.
     ops::QuantizedActivation xq;
     {
       const prof::Scope scope(prof::OpClass::Gemm, x.device().is_cuda());
       xq = ops::quantize_activation(x, *act);
     }
-    qp = q(xq), kp = k(xq), vp = v(xq);
-  } else {
-    qp = q(x), kp = k(x), vp = v(x);
+    return (*this)(xq, grid, rope_tables);
   }
-  const bool cuda = x.device().is_cuda();
+  return attend(q(x), k(x), v(x), x.device().is_cuda(), grid, rope_tables);
+}
+
+Tensor SelfAttention::operator()(const ops::QuantizedActivation& xq, const ops::PatchGrid& grid,
+                                 const Tensor& rope_tables) const {
+  TD_CHECK(xq.x.dim() == 3, Shape, "self-attention: x must be [B, L, dim], got ", xq.x.desc());
+  return attend(q(xq), k(xq), v(xq), xq.x.device().is_cuda(), grid, rope_tables);
+}
+
+Tensor SelfAttention::attend(const Tensor& qp, const Tensor& kp, const Tensor& vp, bool cuda,
+                             const ops::PatchGrid& grid, const Tensor& rope_tables) const {
   const ops::QK qk = [&] {
     const prof::Scope scope(prof::OpClass::Norm, cuda);
     if (fused_norm_rope) return ops::qk_norm_rope(qp, kp, norm_q, norm_k, rope_tables, grid, heads, eps);
@@ -80,8 +92,20 @@ Tensor CrossAttention::operator()(const Tensor& x, const Tensor& context) const 
   TD_CHECK(x.dim() == 3 && context.dim() == 3 && context.size(0) == x.size(0), Shape,
            "cross-attention: x [B, L, dim] and context [B, Lc, dim] expected, got ", x.desc(), " and ",
            context.desc());
-  const bool cuda = x.device().is_cuda();
-  const Tensor qp = q(x), kp = k(context), vp = v(context);
+  return attend(q(x), context);
+}
+
+Tensor CrossAttention::operator()(const ops::QuantizedActivation& xq, const Tensor& context) const {
+  const Tensor& x = xq.x;
+  TD_CHECK(x.dim() == 3 && context.dim() == 3 && context.size(0) == x.size(0), Shape,
+           "cross-attention: x [B, L, dim] and context [B, Lc, dim] expected, got ", x.desc(), " and ",
+           context.desc());
+  return attend(q(xq), context);
+}
+
+Tensor CrossAttention::attend(const Tensor& qp, const Tensor& context) const {
+  const bool cuda = qp.device().is_cuda();
+  const Tensor kp = k(context), vp = v(context);
   Tensor qn, kn, a;
   {
     const prof::Scope scope(prof::OpClass::Norm, cuda);

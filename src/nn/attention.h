@@ -44,6 +44,14 @@ struct SelfAttention {
   // x: [B, L, dim] with L = grid.tokens(); rope_tables: ops::rope_tables(head_dim,
   // grid, x's device). Returns [B, L, dim] in x's dtype.
   Tensor operator()(const Tensor& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const;
+  // On x already quantized for INT8 q, k and v of one scheme (input_act_scheme()).
+  Tensor operator()(const ops::QuantizedActivation& x, const ops::PatchGrid& grid, const Tensor& rope_tables) const;
+  // The scheme q, k and v read x in when all three are INT8 of one scheme, or nothing.
+  std::optional<ops::Int8ActScheme> input_act_scheme() const;
+
+ private:
+  Tensor attend(const Tensor& qp, const Tensor& kp, const Tensor& vp, bool cuda, const ops::PatchGrid& grid,
+                const Tensor& rope_tables) const;
 };
 
 struct CrossAttention {
@@ -55,6 +63,12 @@ struct CrossAttention {
   // x: [B, L, dim]; context: [B, Lc, dim] (already through the text embedding).
   // Returns [B, L, dim] in x's dtype.
   Tensor operator()(const Tensor& x, const Tensor& context) const;
+  // On x already quantized for an INT8 q (input_act_scheme()).
+  Tensor operator()(const ops::QuantizedActivation& x, const Tensor& context) const;
+  std::optional<ops::Int8ActScheme> input_act_scheme() const { return q.int8_act_scheme(); }
+
+ private:
+  Tensor attend(const Tensor& qp, const Tensor& context) const;
 };
 
 }  // namespace td::nn

@@ -10,4 +10,9 @@ Tensor FFN::operator()(const Tensor& x, std::optional<DType> out_dtype) const {
   return fc2(h, out_dtype.value_or(x.dtype()));
 }
 
+Tensor FFN::operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype) const {
+  const Tensor h = fc1(x, std::nullopt, /*gelu_tanh=*/true);
+  return fc2(h, out_dtype.value_or(x.x.dtype()));
+}
+
 }  // namespace td::nn

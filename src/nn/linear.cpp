@@ -35,10 +35,10 @@ Tensor Linear::operator()(const Tensor& x, std::optional<DType> out_dtype, bool 
   return gelu_tanh ? ops::gelu_tanh(y) : y;
 }
 
-Tensor Linear::operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype) const {
+Tensor Linear::operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype, bool gelu_tanh) const {
   TD_CHECK(int8_ != nullptr, Internal, "nn::Linear: a quantized activation given to a floating-point layer");
   const prof::Scope scope(prof::OpClass::Gemm, x.x.device().is_cuda());
-  return (*int8_)(x, out_dtype);
+  return (*int8_)(x, out_dtype, gelu_tanh);
 }
 
 std::optional<ops::Int8ActScheme> Linear::int8_act_scheme() const {

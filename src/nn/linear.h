@@ -30,7 +30,8 @@ class Linear {
   Tensor operator()(const Tensor& x, std::optional<DType> out_dtype = {}, bool gelu_tanh = false) const;
   // INT8 layers only: on an activation quantized once for several layers
   // (ops::quantize_activation with int8_act_scheme()).
-  Tensor operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype = {}) const;
+  Tensor operator()(const ops::QuantizedActivation& x, std::optional<DType> out_dtype = {},
+                    bool gelu_tanh = false) const;
   // The activation scheme of an INT8 layer; nothing for a floating-point one.
   std::optional<ops::Int8ActScheme> int8_act_scheme() const;
 

@@ -35,8 +35,9 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 using QuantAct = QuantizedActivation;
 
 // Fills a.codes / a.scale / a.ld_scale (a.act set by the caller).
-void quantize_act_into(const Rows& r, DType x_dtype, Device device, Int8ActScheme act, QuantAct& a) {
-  const int64_t M = r.rows, K = r.dim, kb = kernels::quant_groups(K);
+// Codes and scales of M x K in act's layout, allocated (not written).
+void allocate_act(int64_t M, int64_t K, Device device, Int8ActScheme act, QuantAct& a) {
+  const int64_t kb = kernels::quant_groups(K);
   a.codes = Tensor::empty({M, K}, DType::I8, device);
   switch (act) {
     case Int8ActScheme::PerToken:
@@ -53,6 +54,11 @@ void quantize_act_into(const Rows& r, DType x_dtype, Device device, Int8ActSchem
       a.scale = Tensor::empty({kernels::quant_groups(M), kb}, DType::F32, device);
       break;
   }
+}
+
+void quantize_act_into(const Rows& r, DType x_dtype, Device device, Int8ActScheme act, QuantAct& a) {
+  const int64_t M = r.rows, K = r.dim;
+  allocate_act(M, K, device, act, a);
   const kernels::ElemType xt = elem_type(x_dtype, kOp, "x");
   int8_t* q = a.codes.data<int8_t>();
   float* s = a.scale.data<float>();
@@ -249,6 +255,14 @@ Tensor run_int8_linear(const QuantAct& a, const Rows& r, const Int8LinearWeight&
   out_shape.back() = N;
   const int64_t M = r.rows;
   const std::string ctx = cat(x.desc(), " x int8", shape_str(w.q.shape()), " (", int8_act_scheme_name(act), ")");
+  // The cuBLAS fallback multiplies x itself: an activation that exists only
+  // quantized (residual_gate_norm_quantized, x not written) cannot take it.
+  auto fallback = [&](auto&&... args) {
+    TD_CHECK(a.x_written, Internal, kOp, ": ", ctx,
+             ": this call needs the cuBLAS fallback, but the activation exists only as INT8 codes (a fused "
+             "norm + quantize); the caller must not fuse for it");
+    return fallback_linear(args...);
+  };
 
   if (x.device().is_cpu()) {
     // The CPU reference GEMM writes f32 or bf16; f16 is converted from f32.
@@ -271,13 +285,13 @@ Tensor run_int8_linear(const QuantAct& a, const Rows& r, const Int8LinearWeight&
     log_fallback(cat("M = ", M, " rows < kInt8LinearMinRowsCuda = ", kInt8LinearMinRowsCuda,
                      " (small GEMMs measured slower in INT8 than cuBLAS BF16 on the H200)"),
                  "small M", LogLevel::Info);
-    return fallback_linear(x, w, bias, out_dtype, gelu);
+    return fallback(x, w, bias, out_dtype, gelu);
   }
   if (out_dtype != DType::BF16 || x.dtype() == DType::F32) {
     log_fallback(cat("x ", dtype_name(x.dtype()), " -> ", dtype_name(out_dtype),
                      ": the INT8 kernels take 16-bit activations and write bf16"),
                  cat("dtype ", dtype_name(x.dtype()), dtype_name(out_dtype)));
-    return fallback_linear(x, w, bias, out_dtype, gelu);
+    return fallback(x, w, bias, out_dtype, gelu);
   }
   Tensor y = Tensor::empty(out_shape, DType::BF16, x.device());
   if (N == 0) return y;
@@ -286,7 +300,7 @@ Tensor run_int8_linear(const QuantAct& a, const Rows& r, const Int8LinearWeight&
   if (kernels::int8_gemm_cuda_supported(op, a.scale.raw_data(), w.scale.raw_data()) != kernels::Status::Ok) {
     const std::string why = kernels::int8_gemm_cuda_unsupported_reason(op, a.scale.raw_data(), w.scale.raw_data());
     log_fallback(cat(why, " (first seen: ", ctx, ")"), why);
-    return fallback_linear(x, w, bias, out_dtype, gelu);
+    return fallback(x, w, bias, out_dtype, gelu);
   }
   void* stream = cuda::current_stream();
   kernels::Status st = kernels::Status::Unsupported;
@@ -304,7 +318,7 @@ Tensor run_int8_linear(const QuantAct& a, const Rows& r, const Int8LinearWeight&
   if (st == kernels::Status::Unsupported) {
     log_fallback(cat("no INT8 kernel of this build runs on device ", device, " (first seen: ", ctx, ")"),
                  "no kernel");
-    return fallback_linear(x, w, bias, out_dtype, gelu);
+    return fallback(x, w, bias, out_dtype, gelu);
   }
   check_status(st, kOp, ctx);
   return y;
@@ -333,6 +347,16 @@ QuantizedActivation quantize_activation(const Tensor& x, Int8ActScheme act) {
 #endif
   }
   quantize_act_into(r, x.dtype(), x.device(), act, a);
+  return a;
+}
+
+QuantizedActivation quantized_activation_buffers(const Tensor& x, Int8ActScheme act) {
+  QuantizedActivation a;
+  a.x = x;
+  a.act = act;
+  const Rows r = as_rows(x, "quantized_activation_buffers", "x");
+  const bool int8_path = x.device().is_cpu() ? r.rows > 0 : cuda_int8_rows(r, x.dtype());
+  if (int8_path) allocate_act(r.rows, r.dim, x.device(), act, a);
   return a;
 }
 

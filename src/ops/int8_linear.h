@@ -78,8 +78,18 @@ struct QuantizedActivation {
   Tensor codes;  // i8 [M, K]
   Tensor scale;  // f32, the layout of `act` (int8_linear.cpp)
   int64_t ld_scale = 0;
+  // false: x gives only the shape and dtype (a fused norm + quantize wrote
+  // the codes and never x); an int8_linear that would need x itself (the
+  // cuBLAS fallback) fails with an Internal error instead of reading it.
+  bool x_written = true;
 };
 QuantizedActivation quantize_activation(const Tensor& x, Int8ActScheme act);
+
+// The codes and scales quantize_activation(x, act) would make, allocated and
+// not written (codes undefined where int8_linear would not run an INT8
+// kernel on x): for a producer that quantizes x itself
+// (residual_gate_norm_quantized).
+QuantizedActivation quantized_activation_buffers(const Tensor& x, Int8ActScheme act);
 
 // int8_linear on an activation quantized by quantize_activation: the same
 // result as int8_linear(a.x, ..., a.act, ...), bit for bit.

@@ -92,14 +92,18 @@ Tensor adaln_modulate(const Tensor& x, const Tensor& scale, const Tensor& shift,
   return y;
 }
 
-Tensor residual_gate_norm(Tensor& x, const Tensor& y, const ResidualNormArgs& a) {
+namespace {
+
+// residual_gate_norm's checked parameters for x, y and a, writing `out`
+// (undefined: no bf16 output, the codes only).
+kernels::ResidualGateNormParams residual_norm_params(Tensor& x, const Tensor& y, const ResidualNormArgs& a,
+                                                     const Tensor& out, DType out_dtype) {
   static const char* op = "residual_gate_norm";
   check_same_device(op, {{"x", &x}, {"y", &y}, {"gate", &a.gate}, {"weight", &a.weight}, {"bias", &a.bias},
                          {"scale", &a.scale}, {"shift", &a.shift}});
   TD_CHECK(x.shape() == y.shape(), Shape, op, ": residual x ", x.desc(), " and update y ", y.desc(), " differ in shape");
   const Rows rx = as_rows(x, op, "x");
   const Rows ry = as_rows(y, op, "y");
-  Tensor out = Tensor::empty(x.shape(), a.out_dtype.value_or(y.dtype()), x.device());
   kernels::ResidualGateNormParams p;
   p.x = rx.ptr;
   p.x_stride = rx.stride;
@@ -109,8 +113,8 @@ Tensor residual_gate_norm(Tensor& x, const Tensor& y, const ResidualNormArgs& a)
   p.y = ry.ptr;
   p.y_type = elem_type(y.dtype(), op, "y");
   p.y_stride = ry.stride;
-  p.out = out.raw_data();
-  p.out_type = elem_type(out.dtype(), op, "out");
+  p.out = out.defined() ? out.raw_data() : nullptr;
+  p.out_type = elem_type(out_dtype, op, "out");
   p.out_stride = rx.dim;
   p.rows = rx.rows;
   p.dim = rx.dim;
@@ -133,14 +137,50 @@ Tensor residual_gate_norm(Tensor& x, const Tensor& y, const ResidualNormArgs& a)
   TD_CHECK((p.scale == nullptr) == (p.shift == nullptr), Usage, op, ": scale and shift must be given together");
   p.mod_stride = mod_stride;
   p.rows_per_batch = batch ? rows_per_batch(rx.rows, batch, op) : rx.rows;
-  kernels::Status s;
+  return p;
+}
+
+kernels::Status run_residual_norm(const Tensor& x, const kernels::ResidualGateNormParams& p) {
 #if TURBODIFF_HAVE_CUDA
-  if (x.device().is_cuda()) s = kernels::residual_gate_norm_cuda(p, cuda::current_stream());
-  else
+  if (x.device().is_cuda()) return kernels::residual_gate_norm_cuda(p, cuda::current_stream());
 #endif
-    s = kernels::residual_gate_norm_cpu(p);
-  check_status(s, op, ctx(x));
+  return kernels::residual_gate_norm_cpu(p);
+}
+
+}  // namespace
+
+Tensor residual_gate_norm(Tensor& x, const Tensor& y, const ResidualNormArgs& a) {
+  const DType out_dtype = a.out_dtype.value_or(y.dtype());
+  Tensor out = Tensor::empty(x.shape(), out_dtype, x.device());
+  const kernels::ResidualGateNormParams p = residual_norm_params(x, y, a, out, out_dtype);
+  check_status(run_residual_norm(x, p), "residual_gate_norm", ctx(x));
   return out;
+}
+
+QuantizedActivation residual_gate_norm_quantized(Tensor& x, const Tensor& y, const ResidualNormArgs& a,
+                                                 Int8ActScheme act) {
+  const DType out_dtype = a.out_dtype.value_or(y.dtype());
+  const bool fuse = act == Int8ActScheme::Token128 && x.device().is_cuda() && y.dtype() == DType::BF16 &&
+                    out_dtype == DType::BF16 && x.dim() >= 1 && x.size(x.dim() - 1) % 128 == 0;
+  if (fuse) {
+    // h only as a shape: the kernel writes the codes and scales, not h.
+    Tensor h = Tensor::empty(x.shape(), out_dtype, x.device());
+    QuantizedActivation q = quantized_activation_buffers(h, act);
+    if (q.codes.defined()) {
+      kernels::ResidualGateNormParams p = residual_norm_params(x, y, a, Tensor(), out_dtype);
+      p.codes = q.codes.data<int8_t>();
+      p.codes_stride = p.dim;
+      p.code_scales = q.scale.data<float>();
+      p.ld_scales = q.ld_scale;
+      const kernels::Status s = run_residual_norm(x, p);
+      if (s != kernels::Status::Unsupported) {
+        check_status(s, "residual_gate_norm", ctx(x));
+        q.x_written = false;
+        return q;
+      }
+    }
+  }
+  return quantize_activation(residual_gate_norm(x, y, a), act);
 }
 
 }  // namespace td::ops

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/tensor.h"
+#include "ops/int8_linear.h"
 
 namespace td::ops {
 
@@ -33,5 +34,15 @@ struct ResidualNormArgs {
   std::optional<DType> out_dtype;
 };
 Tensor residual_gate_norm(Tensor& x, const Tensor& y, const ResidualNormArgs& args);
+
+// residual_gate_norm whose output only feeds INT8 linears of scheme `act`:
+// the same x update and the same codes and scales as
+// quantize_activation(residual_gate_norm(x, y, args), act), bit for bit. On
+// CUDA with token128 at Wan's shapes (rows >= kInt8LinearMinRowsCuda, bf16
+// y and output, dim % 128 == 0) one kernel writes the codes and scales
+// without the bf16 output (the result's x_written is false: its x is only a
+// shape); elsewhere the two ops run in turn.
+QuantizedActivation residual_gate_norm_quantized(Tensor& x, const Tensor& y, const ResidualNormArgs& args,
+                                                 Int8ActScheme act);
 
 }  // namespace td::ops

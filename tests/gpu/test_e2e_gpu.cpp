@@ -181,6 +181,38 @@ TEST(RandomWanGpu, SameWeightsAsTheCpuAndAForwardThatRuns) {
   EXPECT_EQ(test::compare(v, v).nonfinite, size_t(0));
 }
 
+// The W8A8 forward's norms that only feed INT8 linears write their codes
+// directly (ops::residual_gate_norm_quantized) where a block has enough
+// tokens for the INT8 kernels (>= kInt8LinearMinRowsCuda): the velocity must
+// equal, bit for bit, the forward with the norm and the quantizer apart
+// (TURBODIFF_FUSED_NORM_QUANT=0). A random token128 model of width 1536 (a
+// Wan-1.3B block's, 12 heads of 128) at 2304 tokens, original and sagesla
+// attention.
+TEST(RandomWanGpu, FusedNormQuantizeForwardEqualsTheSeparateOps) {
+  TD_REQUIRE_GPU();
+  WanConfig c;
+  c.variant = "tiny";
+  c.dim = 1536, c.ffn_dim = 1024, c.num_heads = 12, c.num_layers = 2, c.text_dim = 32, c.freq_dim = 64;
+  for (const nn::AttentionKind kind : {nn::AttentionKind::Original, nn::AttentionKind::SageSLA}) {
+    RandomWanOptions ro;
+    ro.seed = 5;
+    ro.device = Device::cuda();
+    ro.dtype = DType::BF16;
+    ro.int8_variant = nn::Int8LinearVariant::Token128;
+    ro.with_proj_l = kind == nn::AttentionKind::SageSLA;
+    const WanDiT m(random_wan_checkpoint(c, ro), kind, 0.2);
+    const Tensor lat = test::randn_tensor({1, 16, 4, 48, 48}, DType::F32);  // 4 x 24 x 24 = 2304 tokens
+    const Tensor t = Tensor::from_f32({1}, {400.f}), ctx = test::randn_tensor({1, 7, 32}, DType::F32);
+    const Tensor fused = m.forward(lat, t, ctx);
+    setenv("TURBODIFF_FUSED_NORM_QUANT", "0", 1);
+    const Tensor apart = m.forward(lat, t, ctx);
+    unsetenv("TURBODIFF_FUSED_NORM_QUANT");
+    const auto acc = test::compare(fused, apart);
+    EXPECT_EQ(acc.nonfinite, size_t(0));
+    EXPECT_EQ(acc.max_abs, 0.0) << nn::attention_kind_name(kind) << ": " << acc.str();
+  }
+}
+
 TEST(BenchE2eGpu, TinyModelOnTheGpu) {
   TD_REQUIRE_GPU();
   const std::string js = test::temp_dir() + "/bench_e2e_tiny_gpu.json";

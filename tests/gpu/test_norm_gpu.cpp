@@ -27,6 +27,7 @@
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/residual_gate_norm.h"
 #include "kernels/norm/rms_norm.h"
+#include "kernels/quant/quant_token128.h"
 
 namespace td::kernels {
 namespace {
@@ -511,6 +512,127 @@ TEST(ResidualGateNormGpu, WanShapes) {
   check_rgn(ElemType::BF16, ElemType::BF16, ElemType::BF16, 1031, 5120, kRgnCases[2], true);
   check_rgn(ElemType::F32, ElemType::BF16, ElemType::BF16, 1031, 5120, kRgnCases[2], false);
   check_rgn(ElemType::F32, ElemType::F32, ElemType::BF16, 513, 4096, kRgnCases[3], true);
+}
+
+// residual_gate_norm with the token128 output (Wan's W8A8 blocks: the norm's
+// output only feeds INT8 linears) against the two ops it replaces on the same
+// GPU, residual_gate_norm_cuda then quantize_token128_cuda: the new residual,
+// the codes and the scales bit for bit, with out not written (null) and with
+// out written too (then out equal as well); fp32 and bf16 residuals, Wan's
+// widths and rows not a multiple of anything, every parameter case; from
+// poisoned codes and scales; and Unsupported (nothing written) where the
+// width has a partial group.
+void check_rgn_quant(ElemType rt, int64_t rows, int64_t dim, RgnCase c) {
+  const int64_t rows_per_batch = std::max<int64_t>(1, (rows + 1) / 2);
+  const int64_t batch = (rows + rows_per_batch - 1) / rows_per_batch;
+  const std::vector<float> e0 = test::randn(size_t(batch * 6 * dim), 0.f, 0.5f);
+  const std::vector<float> w = test::randn(size_t(dim), 1.f, 0.3f), b = test::randn(size_t(dim), 0.f, 0.5f);
+  const Rows x = random_rows(rt, rows, dim, dim, 0.2f, 2.f);
+  const Rows y = random_rows(ElemType::BF16, rows, dim, dim, 0.f, 1.f);
+  DeviceBuffer de0(e0), dw(w), db(b), dy(y);
+  const int64_t kb = dim / 128, ld = rows + 3;
+  const std::string what = std::string("residual_gate_norm quantized res=") + type_name(rt) + " " +
+                           std::to_string(rows) + "x" + std::to_string(dim) + " gate=" + std::to_string(c.gate) +
+                           " affine=" + std::to_string(c.affine) + " mod=" + std::to_string(c.modulation);
+  ResidualGateNormParams p;
+  p.residual_type = rt;
+  p.y_type = ElemType::BF16;
+  p.out_type = ElemType::BF16;
+  p.x_stride = p.x_out_stride = p.y_stride = p.out_stride = dim;
+  p.mod_stride = 6 * dim;
+  p.rows_per_batch = rows_per_batch;
+  p.rows = rows;
+  p.dim = dim;
+  p.eps = kEps;
+  p.gate = c.gate ? de0.f32() + 2 * dim : nullptr;
+  p.shift = c.modulation ? de0.f32() + 3 * dim : nullptr;
+  p.scale = c.modulation ? de0.f32() + 4 * dim : nullptr;
+  p.weight = c.affine ? dw.f32() : nullptr;
+  p.bias = c.affine ? db.f32() : nullptr;
+  p.y = dy.at(y);
+  struct Result {
+    std::vector<unsigned char> x_new, out;
+    std::vector<int8_t> codes;
+    std::vector<uint32_t> scales;
+  };
+  const std::vector<int8_t> poison_codes(size_t(rows * dim), int8_t(0x55));
+  const std::vector<float> poison_scales(size_t(kb * ld), std::nanf(""));
+  // mode 0: the two ops; 1: fused, out null; 2: fused, out written too
+  auto run = [&](int mode) {
+    Result r;
+    DeviceBuffer dx(x), dout(nullptr, size_t(rows * dim) * 2), dcodes(poison_codes.data(), poison_codes.size()),
+        dscales(poison_scales);
+    ResidualGateNormParams q = p;
+    q.x = q.x_out = dx.at(x);
+    q.out = mode == 1 ? nullptr : dout.at(y);
+    if (mode > 0) {
+      q.codes = reinterpret_cast<int8_t*>(dcodes.f32());
+      q.codes_stride = dim;
+      q.code_scales = dscales.f32();
+      q.ld_scales = ld;
+    }
+    EXPECT_EQ(residual_gate_norm_cuda(q, nullptr), Status::Ok) << what << " mode " << mode;
+    if (mode == 0)
+      EXPECT_EQ(quantize_token128_cuda(ElemType::BF16, q.out, rows, dim, dim,
+                                       reinterpret_cast<int8_t*>(dcodes.f32()), dim,
+                                       dscales.f32(), ld, nullptr),
+                Status::Ok);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Rows xr = x;
+    dx.download(xr);
+    r.x_new = xr.bytes;
+    r.out.resize(size_t(rows * dim) * 2);
+    r.codes.resize(poison_codes.size());
+    r.scales.resize(poison_scales.size());
+    EXPECT_EQ(cudaMemcpy(r.out.data(), dout.at(y), r.out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(r.codes.data(), reinterpret_cast<int8_t*>(dcodes.f32()), r.codes.size(),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(r.scales.data(), dscales.f32(), r.scales.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return r;
+  };
+  const Result two = run(0), fused = run(1), both = run(2);
+  EXPECT_TRUE(fused.x_new == two.x_new) << what << ": the new residual differs";
+  EXPECT_TRUE(fused.codes == two.codes) << what << ": the codes differ from the quantizer's";
+  size_t scales_differ = 0;  // the padding rows r >= rows included: poisoned in both
+  for (size_t i = 0; i < two.scales.size(); ++i) scales_differ += fused.scales[i] != two.scales[i];
+  EXPECT_EQ(scales_differ, 0u) << what << ": the scales differ (or the padding of the scale rows was written)";
+  EXPECT_TRUE(both.codes == two.codes && both.out == two.out && both.x_new == two.x_new) << what << ": with out";
+}
+
+TEST(ResidualGateNormGpu, QuantizedOutputEqualsTheNormThenTheQuantizerBitForBit) {
+  TD_REQUIRE_GPU();
+  int i = 0;
+  for (ElemType rt : {ElemType::F32, ElemType::BF16}) {
+    for (const RgnCase& c : kRgnCases) check_rgn_quant(rt, 77 + 2 * i++, 1536, c);
+    check_rgn_quant(rt, 2049, 1536, kRgnCases[0]);
+    check_rgn_quant(rt, 301, 5120, kRgnCases[2]);
+    check_rgn_quant(rt, 130, 4096, kRgnCases[3]);
+    check_rgn_quant(rt, 65, 2048, kRgnCases[1]);
+  }
+  // A width with a partial 128-column group (1000), or whose row plan puts a
+  // group across fewer than 16 lanes (256: a chunk per lane of one warp):
+  // Unsupported, x untouched (ops::residual_gate_norm_quantized then runs the
+  // norm and the quantizer apart).
+  for (const int64_t dim : {int64_t(1000), int64_t(256)}) {
+    const Rows x = random_rows(ElemType::BF16, 5, dim, dim, 0.f, 1.f), y = random_rows(ElemType::BF16, 5, dim, dim, 0.f, 1.f);
+    DeviceBuffer dx(x), dy(y), dc(nullptr, size_t(5 * dim)), ds(nullptr, size_t(8 * 5 * 4));
+    ResidualGateNormParams p;
+    p.x = p.x_out = dx.at(x);
+    p.y = dy.at(y);
+    p.x_stride = p.x_out_stride = p.y_stride = dim;
+    p.rows = 5;
+    p.dim = dim;
+    p.rows_per_batch = 5;
+    p.codes = reinterpret_cast<int8_t*>(dc.f32());
+    p.codes_stride = dim;
+    p.code_scales = ds.f32();
+    p.ld_scales = 5;
+    EXPECT_EQ(residual_gate_norm_cuda(p, nullptr), Status::Unsupported) << dim;
+    Rows back = x;
+    dx.download(back);
+    EXPECT_TRUE(back.bytes == x.bytes) << dim << ": x was written by a call that returned Unsupported";
+  }
 }
 
 }  // namespace

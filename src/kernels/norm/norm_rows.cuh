@@ -19,6 +19,7 @@
 
 #include "kernels/norm/norm_common.cuh"
 #include "kernels/norm/norm_variant.h"
+#include "kernels/quant/quant_device.cuh"
 
 namespace td::kernels::gpu {
 
@@ -43,13 +44,22 @@ struct NormRowsArgs {
   int64_t rows = 0;
   int dim = 0;
   float eps = 0.f;
+  // kQuant: the normalised rows, rounded to OutT, quantized in 1 x 128 groups
+  // (token128: codes [rows, dim] `codes_stride` apart, one fp32 scale per
+  // group at code_scales[group * ld_scales + row]); `out` optional then.
+  int8_t* codes = nullptr;
+  int64_t codes_stride = 0;
+  float* code_scales = nullptr;
+  int64_t ld_scales = 0;
 };
 
 // One row's work, split so that a thread can issue the loads of its next row
 // before it finishes the current one: load() issues every global load of the
 // row (x, and y in residual mode) into registers, finish() does the rest.
-template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, int kChunk, int kVPT>
+template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, int kChunk, int kVPT,
+          bool kQuant = false>
 struct NormRowOps {
+  static_assert(!kQuant || kChunk == 8, "kQuant: the vector path (a 128-column group is 16 chunks)");
   using XIO = ChunkIO<XT, kChunk>;
   using YIO = ChunkIO<YT, kChunk>;
   using OIO = ChunkIO<OutT, kChunk>;
@@ -208,7 +218,22 @@ struct NormRowOps {
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) o[j] += s[j];
       }
-      OIO::store(out + c, OIO::pack(o));
+      if constexpr (kQuant) {
+        // The values as the unfused path sees them (rounded to OutT), the
+        // group's amax over the 16 lanes holding its 16 chunks (the caller
+        // guarantees whole groups, the same valid chunks in every lane of a
+        // warp and rows of whole warps), then quantize_token128's formulas.
+        const typename OIO::Raw packed = OIO::pack(o);
+        if (a.out) OIO::store(out + c, packed);
+        float f[8];
+        OIO::unpack(packed, f);
+        const float amax = qdev::group_max<16>(qdev::absmax8(f));
+        const QuantParams qp = qdev::symmetric_params_dev(amax);
+        *reinterpret_cast<uint2*>(a.codes + r * a.codes_stride + c) = qdev::quantize8_prmt(f, qp.inv);
+        if ((lane & 15) == 0) a.code_scales[int64_t(c / 128) * a.ld_scales + r] = qp.scale;
+      } else {
+        OIO::store(out + c, OIO::pack(o));
+      }
     }
   }
 };
@@ -217,9 +242,10 @@ struct NormRowOps {
 // (A loop over several groups per block, with or without prefetching the
 // next row, measured slower on the H200: the compiler keeps the
 // loop-invariant parameter vectors in registers, which costs occupancy.)
-template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, int kChunk, int kVPT>
+template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, int kChunk, int kVPT,
+          bool kQuant = false>
 __global__ void __launch_bounds__(kMaxRowThreads) norm_rows_kernel(const NormRowsArgs a) {
-  using Ops = NormRowOps<kKind, kResidual, XT, YT, OutT, kChunk, kVPT>;
+  using Ops = NormRowOps<kKind, kResidual, XT, YT, OutT, kChunk, kVPT, kQuant>;
   __shared__ float partials[2 * 32];
   const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int nvalid = Ops::valid_chunks(a, row);
@@ -228,9 +254,22 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_rows_kernel(const NormRow
   Ops::finish(a, row, nvalid, l, partials);
 }
 
-template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT>
+template <NormKind kKind, bool kResidual, typename XT, typename YT, typename OutT, bool kQuant = false>
 Status launch_norm_rows(const NormRowsArgs& a, const RowPlan& plan, cudaStream_t stream) {
   if (a.rows == 0) return Status::Ok;
+  if constexpr (kQuant) {
+    // whole 128-column groups, every lane of a warp with the same chunks, a row of whole warps
+    if (plan.chunk != 8 || a.dim % 128 != 0 || plan.tpr % 32 != 0 || (a.dim / 8) % plan.tpr != 0 ||
+        a.dim / 8 / plan.tpr > plan.vpt)
+      return Status::Unsupported;
+    const int64_t blocks = (a.rows + plan.rpb - 1) / plan.rpb;
+    if (blocks > int64_t(INT32_MAX)) return Status::InvalidArgument;
+    const dim3 grid{unsigned(blocks)}, block{unsigned(plan.tpr), unsigned(plan.rpb)};
+    if (plan.vpt == 4) norm_rows_kernel<kKind, kResidual, XT, YT, OutT, 8, 4, true><<<grid, block, 0, stream>>>(a);
+    else if (plan.vpt == 6) norm_rows_kernel<kKind, kResidual, XT, YT, OutT, 8, 6, true><<<grid, block, 0, stream>>>(a);
+    else return Status::Unsupported;
+    return launch_status();
+  }
   const int64_t blocks = (a.rows + plan.rpb - 1) / plan.rpb;
   if (blocks > int64_t(INT32_MAX)) return Status::InvalidArgument;
   const dim3 grid{unsigned(blocks)};

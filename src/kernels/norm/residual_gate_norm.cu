@@ -43,7 +43,8 @@ Status residual_gate_norm_cuda(const ResidualGateNormParams& p, void* stream) {
   if (p.rows == 0) return Status::Ok;
   using namespace gpu;
   const bool vectorized = p.dim % 8 == 0 && p.x_stride % 8 == 0 && p.x_out_stride % 8 == 0 &&
-                          p.y_stride % 8 == 0 && p.out_stride % 8 == 0 && p.mod_stride % 4 == 0 &&
+                          p.y_stride % 8 == 0 && (!p.out || p.out_stride % 8 == 0) && p.mod_stride % 4 == 0 &&
+                          (!p.codes || (p.codes_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.codes) % 8 == 0)) &&
                           aligned16(p.x) && aligned16(p.x_out) && aligned16(p.y) && aligned16(p.out) &&
                           aligned16(p.gate) && aligned16(p.weight) && aligned16(p.bias) && aligned16(p.scale) &&
                           aligned16(p.shift);
@@ -75,7 +76,20 @@ Status residual_gate_norm_cuda(const ResidualGateNormParams& p, void* stream) {
   a.rows = p.rows;
   a.dim = int(p.dim);
   a.eps = p.eps;
+  a.codes = p.codes;
+  a.codes_stride = p.codes_stride;
+  a.code_scales = p.code_scales;
+  a.ld_scales = p.ld_scales;
   const auto cs = static_cast<cudaStream_t>(stream);
+  if (p.codes) {
+    // The token128 output (Wan's W8A8 blocks: 16-bit y and out; the
+    // launcher says Unsupported for widths it cannot group).
+    if (!vectorized || p.dim % 128 != 0 || p.y_type != ElemType::BF16 || p.out_type != ElemType::BF16)
+      return Status::Unsupported;
+    using BF = __nv_bfloat16;
+    if (p.residual_type == ElemType::F32) return launch_norm_rows<NormKind::Layer, true, float, BF, BF, true>(a, plan, cs);
+    return launch_norm_rows<NormKind::Layer, true, BF, BF, BF, true>(a, plan, cs);
+  }
   // The residual is F32 or BF16 (checked); y and out any activation type.
   auto with_residual = [&](auto rt) -> Status {
     using RT = typename decltype(rt)::type;

@@ -55,6 +55,15 @@ struct ResidualGateNormParams {
   int64_t rows = 0;
   int64_t dim = 0;
   float eps = 1e-6f;
+  // Optional: out also quantized as the token128 quantizer would quantize it
+  // (quantize_token128_*: 1 x 128 groups of the values rounded to out_type,
+  // codes [rows, dim] `codes_stride` apart, scales [dim / 128, ld_scales]),
+  // so that norm -> quantize -> INT8 GEMM skips the round trip of out; out
+  // may then be null (not written). CUDA: dim % 128 == 0 and the 16-byte path.
+  int8_t* codes = nullptr;
+  int64_t codes_stride = 0;
+  float* code_scales = nullptr;
+  int64_t ld_scales = 0;
 };
 
 Status residual_gate_norm_cpu(const ResidualGateNormParams& p);

@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/residual_gate_norm.h"
+#include "kernels/quant/quant_token128.h"
 
 namespace td::kernels {
 
@@ -19,20 +20,33 @@ Status residual_gate_norm_check(const ResidualGateNormParams& p) {
   if (!valid_rows_operand(p.x, p.residual_type, p.x_stride, p.rows, p.dim) ||
       !valid_rows_operand(p.x_out, p.residual_type, p.x_out_stride, p.rows, p.dim) ||
       !valid_rows_operand(p.y, p.y_type, p.y_stride, p.rows, p.dim) ||
-      !valid_rows_operand(p.out, p.out_type, p.out_stride, p.rows, p.dim))
+      ((p.out || !p.codes) && !valid_rows_operand(p.out, p.out_type, p.out_stride, p.rows, p.dim)))
     return Status::InvalidArgument;
+  // the optional token128 codes: codes [rows, dim], scales [ceil(dim / 128), ld_scales >= rows]
+  if (p.codes && (!p.code_scales || p.codes_stride < p.dim || p.ld_scales < p.rows)) return Status::InvalidArgument;
+  if (!p.codes && p.code_scales) return Status::InvalidArgument;
   if (!valid_per_sample_rows(p.mod_stride, p.rows_per_batch, p.dim)) return Status::InvalidArgument;
   // Allowed exact aliases: x_out == x, out == y. Everything else must be distinct.
   if (!alias_ok(p.x, p.residual_type, p.x_stride, p.x_out, p.residual_type, p.x_out_stride) ||
       !alias_ok(p.y, p.y_type, p.y_stride, p.out, p.out_type, p.out_stride))
     return Status::InvalidArgument;
-  if (p.rows > 0 && (p.out == p.x || p.out == p.x_out || p.x_out == p.y || p.x == p.y))
+  if (p.rows > 0 && ((p.out && (p.out == p.x || p.out == p.x_out)) || p.x_out == p.y || p.x == p.y))
     return Status::InvalidArgument;
   return Status::Ok;
 }
 
-Status residual_gate_norm_cpu(const ResidualGateNormParams& p) {
-  if (Status s = residual_gate_norm_check(p); s != Status::Ok) return s;
+Status residual_gate_norm_cpu(const ResidualGateNormParams& p_in) {
+  if (Status s = residual_gate_norm_check(p_in); s != Status::Ok) return s;
+  // With codes and no out: out into a scratch buffer, then quantized from it
+  // (the token128 quantizer's own reference, so the codes equal the unfused
+  // sequence's by construction).
+  ResidualGateNormParams p = p_in;
+  std::vector<unsigned char> scratch;
+  if (p.codes && !p.out) {
+    scratch.resize(size_t(p.rows * p.dim) * elem_size(p.out_type));
+    p.out = scratch.data();
+    p.out_stride = p.dim;
+  }
   const int64_t dim = p.dim;
   parallel_for(p.rows, std::max<int64_t>(1, 65536 / dim), [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(dim));
@@ -59,6 +73,9 @@ Status residual_gate_norm_cpu(const ResidualGateNormParams& p) {
       }
     }
   });
+  if (p.codes)
+    return quantize_token128_cpu(p.out_type, p.out, p.rows, p.dim, p.out_stride, p.codes, p.codes_stride,
+                                 p.code_scales, p.ld_scales);
   return Status::Ok;
 }
 

@@ -1,6 +1,7 @@
 #include "models/wan/wan_dit.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -281,32 +282,47 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
     const prof::Scope scope(prof::OpClass::Norm, cuda);
     h = ops::adaln_modulate(x, mod.select(1, 1), mod.select(1, 0), eps, dtype_);
   }
+  // A norm whose output only feeds W8A8 linears of one scheme (q, k and v;
+  // cross-attention's q; fc1) writes their INT8 codes directly
+  // (ops::residual_gate_norm_quantized: the same x and codes as the norm
+  // followed by the quantizer, without the bf16 round trip);
+  // TURBODIFF_FUSED_NORM_QUANT=0 keeps the two ops apart (A/B).
+  const char* fnq = std::getenv("TURBODIFF_FUSED_NORM_QUANT");
+  const bool fuse_quant = !(fnq && fnq[0] == '0');
+  ops::QuantizedActivation hq;
+  bool h_quantized = false;
+  // x += gate * y, then the norm of a, as h or (act given) as hq.
+  auto residual_norm = [&](const Tensor& y, const ops::ResidualNormArgs& a, std::optional<ops::Int8ActScheme> act) {
+    const prof::Scope scope(prof::OpClass::Norm, cuda);
+    h_quantized = fuse_quant && act.has_value();
+    if (h_quantized) {
+      hq = ops::residual_gate_norm_quantized(x, y, a, *act);
+      h = Tensor();
+    } else {
+      h = ops::residual_gate_norm(x, y, a);
+      hq = {};
+    }
+  };
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const WanBlock& blk = blocks_[i];
-    Tensor y = blk.self_attn(h, grid, rope);
+    Tensor y = h_quantized ? blk.self_attn(hq, grid, rope) : blk.self_attn(h, grid, rope);
     ops::ResidualNormArgs a;
     a.eps = eps;
     a.out_dtype = dtype_;
     a.gate = mod.select(1, 2);
     a.weight = blk.norm3.weight;
     a.bias = blk.norm3.bias;
-    {
-      const prof::Scope scope(prof::OpClass::Norm, cuda);
-      h = ops::residual_gate_norm(x, y, a);  // x += gate_msa * y; h = LN3(x)
-    }
+    residual_norm(y, a, blk.cross_attn.input_act_scheme());  // x += gate_msa * y; h = LN3(x)
 
-    y = blk.cross_attn(h, ctx);
+    y = h_quantized ? blk.cross_attn(hq, ctx) : blk.cross_attn(h, ctx);
     a = {};
     a.eps = eps;
     a.out_dtype = dtype_;
     a.shift = mod.select(1, 3);
     a.scale = mod.select(1, 4);
-    {
-      const prof::Scope scope(prof::OpClass::Norm, cuda);
-      h = ops::residual_gate_norm(x, y, a);  // x += y; h = LN2(x) * (1 + scale_ffn) + shift_ffn
-    }
+    residual_norm(y, a, blk.ffn.input_act_scheme());  // x += y; h = LN2(x) * (1 + scale_ffn) + shift_ffn
 
-    y = blk.ffn(h);
+    y = h_quantized ? blk.ffn(hq) : blk.ffn(h);
     a = {};
     a.eps = eps;
     a.gate = mod.select(1, 5);
@@ -315,8 +331,8 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
       a.shift = next.select(1, 0);
       a.scale = next.select(1, 1);
       a.out_dtype = dtype_;
-      const prof::Scope scope(prof::OpClass::Norm, cuda);
-      h = ops::residual_gate_norm(x, y, a);  // x += gate_ffn * y; h = next block's LN1 modulated
+      // x += gate_ffn * y; h = next block's LN1 modulated
+      residual_norm(y, a, blocks_[i + 1].self_attn.input_act_scheme());
       mod = next;
     } else {
       // The fused kernel takes gate, shift and scale with one row stride: copy the
@@ -325,8 +341,7 @@ Tensor WanDiT::forward(const Tensor& latent, const Tensor& timestep, const Tenso
       a.shift = head_shift;
       a.scale = head_scale;
       a.out_dtype = DType::F32;
-      const prof::Scope scope(prof::OpClass::Norm, cuda);
-      h = ops::residual_gate_norm(x, y, a);  // x += gate_ffn * y; h = the head's modulated LN, fp32
+      residual_norm(y, a, std::nullopt);  // x += gate_ffn * y; h = the head's modulated LN, fp32
     }
   }
   // The head, then unpatchify on the device: [B, L, out_dim * patch volume] -> [B, out_dim, T, H, W].
