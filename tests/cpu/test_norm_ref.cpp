@@ -20,6 +20,7 @@
 #include "kernels/norm/norm_host.h"
 #include "kernels/norm/residual_gate_norm.h"
 #include "kernels/norm/rms_norm.h"
+#include "kernels/quant/quant_token128.h"
 
 namespace td::kernels {
 namespace {
@@ -357,6 +358,67 @@ TEST(ResidualGateNormRef, EveryTypeCombinationAndCase) {
 }
 
 // ---- argument checks ------------------------------------------------------------------------
+
+// The token128 output of residual_gate_norm (codes and scales of the output
+// rounded to out_type, out itself optional): the same new residual, codes and
+// scales as the op followed by the token128 quantizer, with and without out;
+// partial groups (dim 200); bad code arguments rejected.
+TEST(ResidualGateNormRef, QuantizedOutputEqualsTheOpThenTheQuantizer) {
+  for (const ElemType rt : {ElemType::F32, ElemType::BF16})
+    for (const int64_t dim : {int64_t(256), int64_t(200)}) {
+      const int64_t rows = 9, ld = rows + 2, kb = (dim + 127) / 128;
+      const std::vector<float> gate = test::randn(size_t(dim), 0.f, 0.5f), w = test::randn(size_t(dim), 1.f, 0.3f);
+      const Rows x = random_rows(rt, rows, dim, dim, 0.2f, 2.f);
+      const Rows y = random_rows(ElemType::BF16, rows, dim, dim, 0.f, 1.f);
+      ResidualGateNormParams p;
+      p.residual_type = rt;
+      p.y_type = p.out_type = ElemType::BF16;
+      p.x_stride = p.x_out_stride = p.y_stride = p.out_stride = dim;
+      p.y = y.data();
+      p.gate = gate.data();
+      p.weight = w.data();
+      p.mod_stride = 0;
+      p.rows_per_batch = rows;
+      p.rows = rows;
+      p.dim = dim;
+      // the two ops
+      Rows x1 = x, out1(ElemType::BF16, rows, dim, dim);
+      std::vector<int8_t> codes1(size_t(rows * dim), 0x55), codes2 = codes1, codes3 = codes1;
+      std::vector<float> scales1(size_t(kb * ld), -1.f), scales2 = scales1, scales3 = scales1;
+      p.x = p.x_out = x1.data();
+      p.out = out1.data();
+      ASSERT_EQ(residual_gate_norm_cpu(p), Status::Ok);
+      ASSERT_EQ(quantize_token128_cpu(ElemType::BF16, out1.data(), rows, dim, dim, codes1.data(), dim, scales1.data(), ld),
+                Status::Ok);
+      // codes without out, then with out
+      Rows x2 = x, x3 = x, out3(ElemType::BF16, rows, dim, dim);
+      p.x = p.x_out = x2.data();
+      p.out = nullptr;
+      p.codes = codes2.data();
+      p.codes_stride = dim;
+      p.code_scales = scales2.data();
+      p.ld_scales = ld;
+      ASSERT_EQ(residual_gate_norm_cpu(p), Status::Ok);
+      p.x = p.x_out = x3.data();
+      p.out = out3.data();
+      p.codes = codes3.data();
+      p.code_scales = scales3.data();
+      ASSERT_EQ(residual_gate_norm_cpu(p), Status::Ok);
+      EXPECT_TRUE(x2.bytes == x1.bytes && x3.bytes == x1.bytes) << "the new residual differs";
+      EXPECT_TRUE(codes2 == codes1 && codes3 == codes1) << "codes differ";
+      EXPECT_TRUE(scales2 == scales1 && scales3 == scales1) << "scales differ";
+      EXPECT_TRUE(out3.bytes == out1.bytes) << "out differs";
+      // rejected: scales without codes, codes without scales, a short scale row stride
+      p.codes = nullptr;
+      EXPECT_EQ(residual_gate_norm_cpu(p), Status::InvalidArgument);
+      p.codes = codes3.data();
+      p.code_scales = nullptr;
+      EXPECT_EQ(residual_gate_norm_cpu(p), Status::InvalidArgument);
+      p.code_scales = scales3.data();
+      p.ld_scales = rows - 1;
+      EXPECT_EQ(residual_gate_norm_cpu(p), Status::InvalidArgument);
+    }
+}
 
 TEST(NormRef, RejectsBadArguments) {
   std::vector<float> x(64 * 4), y(64 * 4), w(64);
